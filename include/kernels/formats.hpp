@@ -1,0 +1,75 @@
+// All block formats qkern reads and writes, and a run-time name for each (for tools and files
+// that name a format in text). Generic code uses the block types directly; `visit_format` turns a
+// run-time `format` into a call with the matching block type.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include "error.hpp"
+#include "formats/iq4_nl.hpp"
+#include "formats/iq4_xs.hpp"
+#include "formats/mxfp4.hpp"
+#include "formats/q8_0.hpp"
+#include "formats/q8_k.hpp"
+
+namespace qk {
+
+enum class format { q8_0, q8_K, mxfp4, iq4_nl, iq4_xs };
+
+inline constexpr std::array<format, 5> all_formats = {format::q8_0, format::q8_K, format::mxfp4, format::iq4_nl, format::iq4_xs};
+
+// Calls f(std::type_identity<Block>{}) with the block type of `which`.
+template <class F>
+decltype(auto) visit_format(format which, F&& f)
+{
+    switch (which) {
+    case format::q8_0: return std::forward<F>(f)(std::type_identity<block_q8_0>{});
+    case format::q8_K: return std::forward<F>(f)(std::type_identity<block_q8_K>{});
+    case format::mxfp4: return std::forward<F>(f)(std::type_identity<block_mxfp4>{});
+    case format::iq4_nl: return std::forward<F>(f)(std::type_identity<block_iq4_nl>{});
+    case format::iq4_xs: break;
+    }
+    return std::forward<F>(f)(std::type_identity<block_iq4_xs>{});
+}
+
+[[nodiscard]] inline std::string_view format_name(format which)
+{
+    return visit_format(which, []<class Block>(std::type_identity<Block>) { return format_traits<Block>::name; });
+}
+
+// Accepts the GGUF spelling in any letter case ("Q8_0", "q8_0", "iq4_xs").
+[[nodiscard]] inline std::optional<format> find_format(std::string_view name) noexcept
+{
+    const auto equal_ignoring_case = [](std::string_view a, std::string_view b) {
+        if (a.size() != b.size()) {
+            return false;
+        }
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+            if (lower(a[i]) != lower(b[i])) {
+                return false;
+            }
+        }
+        return true;
+    };
+    for (format f : all_formats) {
+        if (equal_ignoring_case(format_name(f), name)) {
+            return f;
+        }
+    }
+    return std::nullopt;
+}
+
+// Like find_format, but an unknown name is a qk::error that lists the known ones.
+[[nodiscard]] inline format parse_format(std::string_view name)
+{
+    if (auto found = find_format(name)) {
+        return *found;
+    }
+    detail::fail("unknown format '", name, "': expected one of Q8_0, Q8_K, MXFP4, IQ4_NL, IQ4_XS");
+}
+
+} // namespace qk

@@ -1,0 +1,156 @@
+// qk::quantize and qk::dequantize: float rows <-> GGUF blocks, for every block format.
+// `quantize` is the model-file quantizer, byte-exact with what GGUF-writing tools produce.
+// Arguments are checked first: on a qk::error nothing has been written.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "error.hpp"
+#include "formats.hpp"
+
+namespace qk {
+namespace detail {
+
+template <class Block>
+void check_block_shapes(const char* function, std::size_t values, std::size_t blocks, const char* blocks_name)
+{
+    constexpr std::size_t size = format_traits<Block>::block_size;
+    if (values % size != 0) {
+        fail(function, '<', format_traits<Block>::name, ">: the float span has ", values, " values, not a multiple of the block size ",
+             size);
+    }
+    if (blocks != values / size) {
+        fail(function, '<', format_traits<Block>::name, ">: ", blocks_name, " has ", blocks, " blocks but ", values, " values make ",
+             values / size);
+    }
+}
+
+template <class Block>
+void check_finite(const char* what, std::span<const float> x)
+{
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        if (!std::isfinite(x[i])) {
+            fail("qk::quantize<", format_traits<Block>::name, ">: ", what, '[', i, "] is ", x[i], "; only finite values can be quantized");
+        }
+    }
+}
+
+inline bool is_finite_fp16(fp16_bits h) noexcept
+{
+    return (h & 0x7c00u) != 0x7c00u;
+}
+
+// Formats with an fp16 scale cannot encode blocks whose scale would overflow it; reject them
+// rather than write an infinite scale. Q8_0's scale is amax/127, checked directly. The IQ4
+// scales stay below 7/120 of amax, so only blocks beyond the fp16 range at all need a trial
+// quantization to find out.
+template <class Block>
+void check_scales_fit(std::span<const float> x, const float* importance)
+{
+    constexpr std::size_t size = format_traits<Block>::block_size;
+    constexpr bool has_fp16_scale = std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_iq4_nl> ||
+                                    std::is_same_v<Block, block_iq4_xs>;
+    if constexpr (has_fp16_scale) {
+        for (std::size_t b = 0; b < x.size() / size; ++b) {
+            float amax = 0.0f;
+            for (std::size_t j = 0; j < size; ++j) {
+                amax = std::fmax(amax, std::fabs(x[b * size + j]));
+            }
+            bool fits = true;
+            if constexpr (std::is_same_v<Block, block_q8_0>) {
+                fits = is_finite_fp16(fp32_to_fp16(amax / 127.0f));
+            } else if (amax > 65504.0f || importance != nullptr) {
+                Block trial{};
+                reference::quantize(x.data() + b * size, &trial, 1, importance ? importance + b * size : nullptr);
+                fits = is_finite_fp16(trial.d);
+            }
+            if (!fits) {
+                fail("qk::quantize<", format_traits<Block>::name, ">: block ", b, " (x[", b * size, "..", b * size + size - 1,
+                     "], max |x| = ", amax, ") cannot be encoded: its fp16 scale would not be finite (largest fp16 is 65504)");
+            }
+        }
+    }
+}
+
+// Importance weights must be finite and non-negative, and a group of 32 values that are not
+// all zero needs at least one positive weight (else its least-squares scale is 0/0).
+template <class Block>
+void check_importance(std::span<const float> x, std::span<const float> importance)
+{
+    if (importance.empty() || importance.size() % format_traits<Block>::block_size != 0 || x.size() % importance.size() != 0) {
+        fail("qk::quantize<", format_traits<Block>::name, ">: importance has ", importance.size(),
+             " weights; it must hold one weight per column of a row (a positive multiple of ", format_traits<Block>::block_size,
+             " that divides the ", x.size(), " values of x)");
+    }
+    for (std::size_t i = 0; i < importance.size(); ++i) {
+        if (!std::isfinite(importance[i]) || importance[i] < 0.0f) {
+            fail("qk::quantize<", format_traits<Block>::name, ">: importance[", i, "] is ", importance[i],
+                 "; weights must be finite and non-negative");
+        }
+    }
+    for (std::size_t start = 0; start < x.size(); start += 32) {
+        const std::size_t column = start % importance.size();
+        bool weighted = false;
+        bool nonzero = false;
+        for (std::size_t j = 0; j < 32; ++j) {
+            weighted = weighted || importance[column + j] > 0.0f;
+            nonzero = nonzero || std::fabs(x[start + j]) >= detail::iq4_zero_threshold;
+        }
+        if (nonzero && !weighted) {
+            fail("qk::quantize<", format_traits<Block>::name, ">: importance[", column, "..", column + 31,
+                 "] are all zero, but x[", start, "..", start + 31, "] are not: such a group has no least-squares scale");
+        }
+    }
+}
+
+} // namespace detail
+
+// Quantizes x (a whole number of blocks) into y (exactly x.size() / block_size blocks).
+template <block_format Block>
+void quantize(std::span<const float> x, std::span<Block> y)
+{
+    detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
+    detail::check_finite<Block>("x", x);
+    detail::check_scales_fit<Block>(x, nullptr);
+    reference::quantize(x.data(), y.data(), y.size());
+}
+
+// With importance weights (an imatrix): `importance` holds one weight per column, and x is a
+// whole number of rows of importance.size() columns, as model quantizers apply it.
+template <importance_format Block>
+void quantize(std::span<const float> x, std::span<Block> y, std::span<const float> importance)
+{
+    detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
+    detail::check_finite<Block>("x", x);
+    detail::check_importance<Block>(x, importance);
+    const std::size_t row_blocks = importance.size() / format_traits<Block>::block_size;
+    for (std::size_t row = 0; row < y.size() / row_blocks; ++row) {
+        detail::check_scales_fit<Block>(x.subspan(row * importance.size(), importance.size()), importance.data());
+    }
+    for (std::size_t row = 0; row < y.size() / row_blocks; ++row) {
+        reference::quantize(x.data() + row * importance.size(), y.data() + row * row_blocks, row_blocks, importance.data());
+    }
+}
+
+// Convenience: returns the blocks in a new vector.
+template <block_format Block>
+[[nodiscard]] std::vector<Block> quantize(std::span<const float> x)
+{
+    detail::check_block_shapes<Block>("qk::quantize", x.size(), x.size() / format_traits<Block>::block_size, "the result");
+    std::vector<Block> y(x.size() / format_traits<Block>::block_size);
+    quantize<Block>(x, std::span<Block>(y));
+    return y;
+}
+
+// Decodes x into y (exactly x.size() * block_size floats).
+template <block_format Block>
+void dequantize(std::span<const Block> x, std::span<float> y)
+{
+    detail::check_block_shapes<Block>("qk::dequantize", y.size(), x.size(), "x");
+    reference::dequantize(x.data(), y.data(), x.size());
+}
+
+} // namespace qk

@@ -1,0 +1,16 @@
+// qkern: header-only tensor kernels, token sampling and speculative drafting for LLM inference.
+// Include this one header to get everything that is enabled; each concept also has its own
+// header under kernels/, backends/, sampling/ and spec/ for users who want less.
+#pragma once
+
+#define QKERN_VERSION_MAJOR 0
+#define QKERN_VERSION_MINOR 1
+#define QKERN_VERSION_PATCH 0
+
+#include "kernels/arch.hpp"
+#include "kernels/dot.hpp"
+#include "kernels/e8m0.hpp"
+#include "kernels/error.hpp"
+#include "kernels/formats.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/quantize.hpp"

@@ -1,0 +1,85 @@
+// Dot products against an exact double-precision reference, with a tolerance derived from float
+// summation, and the native tag against the generic reference on the same inputs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "test_support.hpp"
+
+using namespace qk_test;
+
+namespace {
+
+// The exact dot of the dequantized rows, and the sum of |terms| that bounds the rounding error.
+struct exact_dot {
+    double value = 0;
+    double magnitude = 0;
+};
+
+template <class Block>
+exact_dot exact(const std::vector<Block>& w, const std::vector<typename qk::format_traits<Block>::vec_dot_type>& a)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    std::vector<float> wf(w.size() * qk::format_traits<Block>::block_size);
+    std::vector<float> af(a.size() * qk::format_traits<activation>::block_size);
+    qk::dequantize<Block>(w, wf);
+    qk::dequantize<activation>(a, af);
+    exact_dot result;
+    for (std::size_t i = 0; i < wf.size(); ++i) {
+        const double term = static_cast<double>(wf[i]) * static_cast<double>(af[i]);
+        result.value += term;
+        result.magnitude += std::fabs(term);
+    }
+    return result;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("dot equals the exact dot of the decoded rows up to float rounding", Block, qk::block_q8_0, qk::block_mxfp4,
+                   qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    for (std::size_t n : {256u, 512u, 4096u, 14336u}) {
+        CAPTURE(n);
+        const auto w = qk::quantize<Block>(std::span<const float>(normal(n, 0.02f, static_cast<std::uint32_t>(n))));
+        const auto a = qk::quantize<activation>(std::span<const float>(normal(n, 3.0f, static_cast<std::uint32_t>(n + 1))));
+        const auto reference = exact(w, a);
+        // Each block's integer sum is exact; its scale d (a product of two floats, or three for
+        // IQ4_XS) carries up to 3 roundings, the term d * sum one more, and the running sum one
+        // per block: relative error per term at most (4 + blocks) * 2^-24 of the |terms| total.
+        const double blocks = static_cast<double>(w.size() * (std::is_same_v<Block, qk::block_iq4_xs> ? 8 : 1));
+        const double tolerance = (4.0 + blocks) * 0x1p-24 * reference.magnitude;
+        const float generic = qk::dot<Block, qk::arch::generic>(w, a);
+        const float native = qk::dot<Block>(w, a);
+        CHECK(std::fabs(generic - reference.value) <= tolerance);
+        CHECK(std::fabs(native - reference.value) <= tolerance);
+        CHECK(reference.magnitude > 0);
+    }
+}
+
+TEST_CASE_TEMPLATE("dot checks that both rows have the same length", Block, qk::block_q8_0, qk::block_mxfp4, qk::block_iq4_nl,
+                   qk::block_iq4_xs)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const std::vector<Block> w(3);
+    const std::vector<activation> a(2);
+    CHECK_THROWS_WITH_AS((void)qk::dot<Block>(w, a), doctest::Contains("w has 3 blocks"), qk::error);
+    CHECK_THROWS_WITH_AS((void)qk::dot<Block>(w, a), doctest::Contains("a has 2"), qk::error);
+    CHECK(qk::dot<Block>(std::span<const Block>(), std::span<const activation>()) == 0.0f);
+}
+
+TEST_CASE("dot propagates non-finite scales as IEEE arithmetic does")
+{
+    // Blocks read from a file may hold an infinite fp16 scale; the product is then infinite or
+    // NaN, never a crash.
+    std::vector<qk::block_q8_0> w(1);
+    std::vector<qk::block_q8_0> a(1);
+    w[0].d = 0x7c00; // +inf
+    a[0].d = qk::fp32_to_fp16(1.0f);
+    w[0].qs.fill(1);
+    a[0].qs.fill(1);
+    CHECK(std::isinf(qk::dot<qk::block_q8_0>(w, a)));
+    a[0].qs.fill(0);
+    CHECK(std::isnan(qk::dot<qk::block_q8_0>(w, a)));
+}

@@ -1,0 +1,64 @@
+// Helpers shared by the test suites: golden-vector loading and deterministic random inputs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <qkern.hpp>
+
+namespace qk_test {
+
+inline std::string golden_path(const std::string& name)
+{
+    return std::string(QKERN_GOLDEN_DIR) + "/" + name;
+}
+
+// Reads a golden file as an array of T; throws (failing the test) if it is missing or its size
+// is not a whole number of T.
+template <class T>
+std::vector<T> load(const std::string& name)
+{
+    std::ifstream in(golden_path(name), std::ios::binary);
+    if (!in) {
+        throw std::runtime_error("cannot open golden file " + golden_path(name));
+    }
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.size() % sizeof(T) != 0) {
+        throw std::runtime_error("golden file " + name + " is not a whole number of elements");
+    }
+    std::vector<T> out(bytes.size() / sizeof(T));
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+}
+
+template <class T>
+std::span<const std::uint8_t> bytes_of(const std::vector<T>& v)
+{
+    return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+inline std::uint32_t bits(float f)
+{
+    return std::bit_cast<std::uint32_t>(f);
+}
+
+// Gaussian values, seeded so every run and machine sees the same inputs.
+inline std::vector<float> normal(std::size_t n, float scale, std::uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(n);
+    for (auto& v : x) {
+        v = dist(rng) * scale;
+    }
+    return x;
+}
+
+} // namespace qk_test
