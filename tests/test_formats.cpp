@@ -13,6 +13,10 @@ static_assert(offsetof(qk::block_mxfp4, qs) == 1);
 static_assert(offsetof(qk::block_iq4_nl, qs) == 2);
 static_assert(offsetof(qk::block_iq4_xs, scales_h) == 2 && offsetof(qk::block_iq4_xs, scales_l) == 4 &&
               offsetof(qk::block_iq4_xs, qs) == 8);
+static_assert(qk::format_traits<qk::block_q8_0>::bytes == 34 && qk::format_traits<qk::block_q8_K>::bytes == 292 &&
+              qk::format_traits<qk::block_mxfp4>::bytes == 17 && qk::format_traits<qk::block_iq4_nl>::bytes == 18 &&
+              qk::format_traits<qk::block_iq4_xs>::bytes == 136);
+static_assert(qk::format_traits<qk::block_q8_K>::block_size == 256 && qk::format_traits<qk::block_mxfp4>::block_size == 32);
 static_assert(qk::weight_format<qk::block_iq4_xs> && !qk::weight_format<qk::block_q8_K>);
 static_assert(qk::importance_format<qk::block_iq4_nl> && !qk::importance_format<qk::block_q8_0>);
 static_assert(std::is_same_v<qk::format_traits<qk::block_iq4_xs>::vec_dot_type, qk::block_q8_K>);

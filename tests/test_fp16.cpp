@@ -148,6 +148,27 @@ TEST_CASE("conversions are usable in constant expressions")
     CHECK(true); // the checks above run at compile time
 }
 
+// The compile-time tables against powers of two built by repeated doubling or halving in double
+// (exact), checked entirely by the compiler.
+constexpr bool e8m0_tables_are_powers_of_two()
+{
+    for (int e = 0; e < 255; ++e) {
+        double full = 1.0;
+        for (int i = 127; i < e; ++i) {
+            full *= 2.0;
+        }
+        for (int i = e; i < 127; ++i) {
+            full /= 2.0;
+        }
+        if (qk::e8m0_table[static_cast<std::size_t>(e)] != static_cast<float>(full) ||
+            qk::e8m0_half_table[static_cast<std::size_t>(e)] != static_cast<float>(full / 2.0)) {
+            return false;
+        }
+    }
+    return qk::e8m0_table[255] == std::numeric_limits<float>::infinity() && qk::e8m0_half_table[255] == 0x1p127f;
+}
+static_assert(e8m0_tables_are_powers_of_two());
+
 TEST_CASE("E8M0 conversions follow 2^(e-127) and 2^(e-128)")
 {
     for (unsigned e = 0; e < 256; ++e) {

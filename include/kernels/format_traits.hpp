@@ -17,6 +17,7 @@ struct format_traits; // specialized by each format header
 template <class Block>
 concept block_format = requires {
     { format_traits<Block>::block_size } -> std::convertible_to<std::size_t>;
+    { format_traits<Block>::bytes } -> std::convertible_to<std::size_t>;
     { format_traits<Block>::name } -> std::convertible_to<std::string_view>;
     typename format_traits<Block>::vec_dot_type;
 } && std::is_trivially_copyable_v<Block> && std::is_standard_layout_v<Block>;

@@ -28,6 +28,7 @@ static_assert(sizeof(block_iq4_nl) == 18, "IQ4_NL blocks are 18 bytes in GGUF fi
 template <>
 struct format_traits<block_iq4_nl> {
     static constexpr std::size_t block_size = 32;
+    static constexpr std::size_t bytes = sizeof(block_iq4_nl);
     static constexpr std::string_view name = "IQ4_NL";
     static constexpr bool takes_importance = true;
     using vec_dot_type = block_q8_0;

@@ -31,6 +31,7 @@ static_assert(sizeof(block_iq4_xs) == 136, "IQ4_XS blocks are 136 bytes in GGUF 
 template <>
 struct format_traits<block_iq4_xs> {
     static constexpr std::size_t block_size = 256;
+    static constexpr std::size_t bytes = sizeof(block_iq4_xs);
     static constexpr std::string_view name = "IQ4_XS";
     static constexpr bool takes_importance = true;
     using vec_dot_type = block_q8_K;

@@ -30,6 +30,7 @@ inline constexpr std::array<std::int8_t, 16> mxfp4_values = {0, 1, 2, 3, 4, 6, 8
 template <>
 struct format_traits<block_mxfp4> {
     static constexpr std::size_t block_size = 32;
+    static constexpr std::size_t bytes = sizeof(block_mxfp4);
     static constexpr std::string_view name = "MXFP4";
     static constexpr bool takes_importance = false;
     using vec_dot_type = block_q8_0;

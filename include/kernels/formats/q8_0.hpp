@@ -26,6 +26,7 @@ static_assert(sizeof(block_q8_0) == 34, "Q8_0 blocks are 34 bytes in GGUF files"
 template <>
 struct format_traits<block_q8_0> {
     static constexpr std::size_t block_size = 32;
+    static constexpr std::size_t bytes = sizeof(block_q8_0);
     static constexpr std::string_view name = "Q8_0";
     static constexpr bool takes_importance = false;
     using vec_dot_type = block_q8_0;

@@ -27,6 +27,7 @@ static_assert(sizeof(block_q8_K) == 292, "Q8_K blocks are 292 bytes");
 template <>
 struct format_traits<block_q8_K> {
     static constexpr std::size_t block_size = 256;
+    static constexpr std::size_t bytes = sizeof(block_q8_K);
     static constexpr std::string_view name = "Q8_K";
     static constexpr bool takes_importance = false;
     using vec_dot_type = void; // an activation format only: no dot product of its own
