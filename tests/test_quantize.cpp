@@ -323,5 +323,11 @@ TEST_CASE_TEMPLATE("importance weights", Block, qk::block_iq4_nl, qk::block_iq4_
         auto zero_group = importance;
         std::fill(zero_group.begin() + 64, zero_group.begin() + 96, 0.0f);
         expect_error(zero_group, "importance[64..95] are all zero");
+        // A scale that overflows fp16 is found after quantizing, and y is still untouched.
+        auto huge = x;
+        huge[columns + 40] = 1e10f;
+        CHECK_THROWS_WITH_AS(qk::quantize<Block>(huge, std::span<Block>(out), importance),
+                             doctest::Contains("fp16 scale would not be finite"), qk::error);
+        CHECK(std::memcmp(out.data(), before.data(), out.size() * sizeof(Block)) == 0);
     }
 }

@@ -3,6 +3,7 @@
 // Arguments are checked first: on a qk::error nothing has been written.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <span>
@@ -29,6 +30,14 @@ void check_block_shapes(const char* function, std::size_t values, std::size_t bl
 }
 
 template <class Block>
+[[noreturn]] void fail_scale(std::size_t block, float amax)
+{
+    constexpr std::size_t size = format_traits<Block>::block_size;
+    fail("qk::quantize<", format_traits<Block>::name, ">: block ", block, " (x[", block * size, "..", block * size + size - 1,
+         "], max |x| = ", amax, ") cannot be encoded: its fp16 scale would not be finite (largest fp16 is 65504)");
+}
+
+template <class Block>
 void check_finite(const char* what, std::span<const float> x)
 {
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -45,10 +54,10 @@ inline bool is_finite_fp16(fp16_bits h) noexcept
 
 // Formats with an fp16 scale cannot encode blocks whose scale would overflow it; reject them
 // rather than write an infinite scale. Q8_0's scale is amax/127, checked directly. The IQ4
-// scales stay below 7/120 of amax, so only blocks beyond the fp16 range at all need a trial
-// quantization to find out.
+// scales stay below 7/120 of amax (the grid value nearest to a scaled value is never below 1/7
+// of it), so only blocks beyond the fp16 range at all need a trial quantization to find out.
 template <class Block>
-void check_scales_fit(std::span<const float> x, const float* importance)
+void check_scales_fit(std::span<const float> x)
 {
     constexpr std::size_t size = format_traits<Block>::block_size;
     constexpr bool has_fp16_scale = std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_iq4_nl> ||
@@ -62,14 +71,13 @@ void check_scales_fit(std::span<const float> x, const float* importance)
             bool fits = true;
             if constexpr (std::is_same_v<Block, block_q8_0>) {
                 fits = is_finite_fp16(fp32_to_fp16(amax / 127.0f));
-            } else if (amax > 65504.0f || importance != nullptr) {
+            } else if (amax > 65504.0f) {
                 Block trial{};
-                reference::quantize(x.data() + b * size, &trial, 1, importance ? importance + b * size : nullptr);
+                reference::quantize(x.data() + b * size, &trial, 1);
                 fits = is_finite_fp16(trial.d);
             }
             if (!fits) {
-                fail("qk::quantize<", format_traits<Block>::name, ">: block ", b, " (x[", b * size, "..", b * size + size - 1,
-                     "], max |x| = ", amax, ") cannot be encoded: its fp16 scale would not be finite (largest fp16 is 65504)");
+                fail_scale<Block>(b, amax);
             }
         }
     }
@@ -114,7 +122,7 @@ void quantize(std::span<const float> x, std::span<Block> y)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
     detail::check_finite<Block>("x", x);
-    detail::check_scales_fit<Block>(x, nullptr);
+    detail::check_scales_fit<Block>(x);
     reference::quantize(x.data(), y.data(), y.size());
 }
 
@@ -126,13 +134,23 @@ void quantize(std::span<const float> x, std::span<Block> y, std::span<const floa
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
     detail::check_finite<Block>("x", x);
     detail::check_importance<Block>(x, importance);
+    // Importance weights can drive the least-squares scale anywhere, so every block is checked
+    // after it is quantized; blocks go to a buffer first so that y is untouched on error.
     const std::size_t row_blocks = importance.size() / format_traits<Block>::block_size;
+    std::vector<Block> blocks(y.size());
     for (std::size_t row = 0; row < y.size() / row_blocks; ++row) {
-        detail::check_scales_fit<Block>(x.subspan(row * importance.size(), importance.size()), importance.data());
+        reference::quantize(x.data() + row * importance.size(), blocks.data() + row * row_blocks, row_blocks, importance.data());
     }
-    for (std::size_t row = 0; row < y.size() / row_blocks; ++row) {
-        reference::quantize(x.data() + row * importance.size(), y.data() + row * row_blocks, row_blocks, importance.data());
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+        if (!detail::is_finite_fp16(blocks[b].d)) {
+            float amax = 0.0f;
+            for (float v : x.subspan(b * format_traits<Block>::block_size, format_traits<Block>::block_size)) {
+                amax = std::fmax(amax, std::fabs(v));
+            }
+            detail::fail_scale<Block>(b, amax);
+        }
     }
+    std::copy(blocks.begin(), blocks.end(), y.begin());
 }
 
 // Convenience: returns the blocks in a new vector.
