@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -37,43 +38,43 @@ template <class Block>
          "], max |x| = ", amax, ") cannot be encoded: its fp16 scale would not be finite (largest fp16 is 65504)");
 }
 
-template <class Block>
-void check_finite(const char* what, std::span<const float> x)
-{
-    for (std::size_t i = 0; i < x.size(); ++i) {
-        if (!std::isfinite(x[i])) {
-            fail("qk::quantize<", format_traits<Block>::name, ">: ", what, '[', i, "] is ", x[i], "; only finite values can be quantized");
-        }
-    }
-}
-
 inline bool is_finite_fp16(fp16_bits h) noexcept
 {
     return (h & 0x7c00u) != 0x7c00u;
 }
 
-// Formats with an fp16 scale cannot encode blocks whose scale would overflow it; reject them
-// rather than write an infinite scale. Q8_0's scale is amax/127, checked directly. The IQ4
-// scales stay below 7/120 of amax (the grid value nearest to a scaled value is never below 1/7
-// of it), so only blocks beyond the fp16 range at all need a trial quantization to find out.
+// Rejects NaN and infinity (naming the first), and blocks whose fp16 scale would overflow.
+// Q8_0's scale is amax/127, checked directly. The IQ4 scales stay below 7/120 of amax (the grid
+// value nearest to a scaled value is never below 1/7 of it), so only blocks beyond the fp16
+// range at all need a trial quantization to find out. One pass of plain comparisons: this runs
+// on every quantization, activations included.
 template <class Block>
-void check_scales_fit(std::span<const float> x)
+void check_values(std::span<const float> x)
 {
     constexpr std::size_t size = format_traits<Block>::block_size;
     constexpr bool has_fp16_scale = std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_iq4_nl> ||
                                     std::is_same_v<Block, block_iq4_xs>;
-    if constexpr (has_fp16_scale) {
-        for (std::size_t b = 0; b < x.size() / size; ++b) {
-            float amax = 0.0f;
-            for (std::size_t j = 0; j < size; ++j) {
-                amax = std::fmax(amax, std::fabs(x[b * size + j]));
-            }
+    for (std::size_t b = 0; b < x.size() / size; ++b) {
+        const float* block = x.data() + b * size;
+        float amax = 0.0f;
+        bool non_finite = false;
+        for (std::size_t j = 0; j < size; ++j) {
+            const float a = std::fabs(block[j]);
+            non_finite = non_finite || !(a <= std::numeric_limits<float>::max());
+            amax = a > amax ? a : amax;
+        }
+        if (non_finite) {
+            const auto bad = std::find_if(block, block + size, [](float v) { return !std::isfinite(v); });
+            fail("qk::quantize<", format_traits<Block>::name, ">: x[", static_cast<std::size_t>(bad - x.data()), "] is ", *bad,
+                 "; only finite values can be quantized");
+        }
+        if constexpr (has_fp16_scale) {
             bool fits = true;
             if constexpr (std::is_same_v<Block, block_q8_0>) {
                 fits = is_finite_fp16(fp32_to_fp16(amax / 127.0f));
             } else if (amax > 65504.0f) {
                 Block trial{};
-                reference::quantize(x.data() + b * size, &trial, 1);
+                reference::quantize(block, &trial, 1);
                 fits = is_finite_fp16(trial.d);
             }
             if (!fits) {
@@ -121,8 +122,7 @@ template <block_format Block>
 void quantize(std::span<const float> x, std::span<Block> y)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
-    detail::check_finite<Block>("x", x);
-    detail::check_scales_fit<Block>(x);
+    detail::check_values<Block>(x);
     reference::quantize(x.data(), y.data(), y.size());
 }
 
@@ -132,7 +132,7 @@ template <importance_format Block>
 void quantize(std::span<const float> x, std::span<Block> y, std::span<const float> importance)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
-    detail::check_finite<Block>("x", x);
+    detail::check_values<Block>(x);
     detail::check_importance<Block>(x, importance);
     // Importance weights can drive the least-squares scale anywhere, so every block is checked
     // after it is quantized; blocks go to a buffer first so that y is untouched on error.

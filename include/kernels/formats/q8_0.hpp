@@ -32,6 +32,19 @@ struct format_traits<block_q8_0> {
     using vec_dot_type = block_q8_0;
 };
 
+namespace detail {
+
+// roundf for |v| < 2^31 without a library call: truncate, then step away from zero when the
+// (exactly computed) remainder is at least one half.
+inline int round_half_away(float v) noexcept
+{
+    const int truncated = static_cast<int>(v);
+    const float remainder = v - static_cast<float>(truncated);
+    return truncated + (remainder >= 0.5f) - (remainder <= -0.5f);
+}
+
+} // namespace detail
+
 namespace reference {
 
 // amax / 127 as the scale, round half away from zero. The reciprocal comes from the float scale
@@ -55,7 +68,7 @@ QK_STRICT_FP inline void quantize(const float* x, block_q8_0* y, std::size_t blo
         }
         y[b].d = fp32_to_fp16(d);
         for (int j = 0; j < 32; ++j) {
-            y[b].qs[j] = static_cast<std::int8_t>(std::round(x[j] * id));
+            y[b].qs[j] = static_cast<std::int8_t>(detail::round_half_away(x[j] * id));
         }
     }
 }

@@ -1,0 +1,689 @@
+// qk: the qkern command-line tool. `qk tour` (the default) shows what this build and this CPU
+// offer and checks every block format's round trip and dot product on built-in data; `qk info`
+// prints the build and CPU facts alone; `qk quantize` / `qk dequantize` convert raw float32 files
+// to and from rows of GGUF blocks.
+#include <qkern.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Build and CPU facts
+
+std::string version_string()
+{
+    return fmt::format("qk {}.{}.{}", QKERN_VERSION_MAJOR, QKERN_VERSION_MINOR, QKERN_VERSION_PATCH);
+}
+
+std::string compiler_description()
+{
+    // Clang defines __GNUC__ too (as 4.2), so it must be tested first.
+#if defined(__clang__) && defined(__apple_build_version__)
+    return fmt::format("Apple Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__clang__)
+    return fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+    return fmt::format("GCC {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#elif defined(_MSC_VER)
+    return fmt::format("MSVC {}", _MSC_FULL_VER);
+#else
+    return "an unknown compiler";
+#endif
+}
+
+std::string cplusplus_description()
+{
+    // MSVC reports 199711L in __cplusplus unless /Zc:__cplusplus is given; _MSVC_LANG is truthful.
+#if defined(_MSVC_LANG)
+    constexpr long standard = _MSVC_LANG;
+#else
+    constexpr long standard = __cplusplus;
+#endif
+    const char* name = standard > 202002L ? "C++23 (or a draft of it)" : standard >= 202002L ? "C++20" : "pre-C++20";
+    return fmt::format("{} (__cplusplus = {}L)", name, standard);
+}
+
+// xsimd's generic tag has no name() or version(), unlike the instruction-set tags.
+template <class Tag>
+constexpr std::string_view tag_name()
+{
+    if constexpr (requires { Tag::name(); }) {
+        return Tag::name();
+    } else {
+        return std::is_same_v<Tag, xsimd::generic> ? "generic" : "(unnamed tag)";
+    }
+}
+
+template <class Tag>
+constexpr unsigned tag_version()
+{
+    if constexpr (requires { Tag::version(); }) {
+        return Tag::version();
+    } else {
+        return 0;
+    }
+}
+
+struct feature {
+    bool present;
+    const char* name;
+};
+
+std::string join_present(std::span<const feature> features, std::string_view if_none)
+{
+    std::string out;
+    for (const feature& f : features) {
+        if (f.present) {
+            out += out.empty() ? "" : " ";
+            out += f.name;
+        }
+    }
+    return out.empty() ? std::string(if_none) : out;
+}
+
+// What the compiler was allowed to emit: the instruction sets the kernels can be built for.
+std::string compiler_enabled_features()
+{
+    static constexpr feature features[] = {
+#if defined(__SSE2__)
+        {true, "sse2"},
+#endif
+#if defined(__SSE4_2__)
+        {true, "sse4.2"},
+#endif
+#if defined(__AVX__)
+        {true, "avx"},
+#endif
+#if defined(__AVX2__)
+        {true, "avx2"},
+#endif
+#if defined(__FMA__)
+        {true, "fma"},
+#endif
+#if defined(__F16C__)
+        {true, "f16c"},
+#endif
+#if defined(__AVX512F__)
+        {true, "avx512f"},
+#endif
+#if defined(__AVX512BW__)
+        {true, "avx512bw"},
+#endif
+#if defined(__AVX512VNNI__)
+        {true, "avx512vnni"},
+#endif
+#if defined(__ARM_NEON)
+        {true, "neon"},
+#endif
+#if defined(__ARM_FEATURE_DOTPROD)
+        {true, "dotprod"},
+#endif
+        {false, ""}, // keeps the array non-empty on targets with none of the above
+    };
+    return join_present(features, "none of sse2..avx512vnni, neon, dotprod");
+}
+
+// What the running CPU can execute, by xsimd's tag names; it may exceed what the flags enable.
+std::string cpu_features()
+{
+    const auto cpu = xsimd::available_architectures();
+    // xsimd 8.1 reads the AVX bit from CPUID leaf 0x80000001 instead of leaf 1, so it misses AVX
+    // (and with it fma3+avx) on most CPUs. Every AVX2 CPU has AVX, so repair what we can.
+    const bool avx = cpu.avx != 0 || cpu.avx2 != 0;
+    const bool fma3_avx = cpu.fma3_avx != 0 || cpu.fma3_avx2 != 0;
+    const feature features[] = {
+        {cpu.sse2 != 0, "sse2"},
+        {cpu.sse3 != 0, "sse3"},
+        {cpu.ssse3 != 0, "ssse3"},
+        {cpu.sse4_1 != 0, "sse4.1"},
+        {cpu.sse4_2 != 0, "sse4.2"},
+        {cpu.fma3_sse != 0, "fma3+sse4.2"},
+        {cpu.fma4 != 0, "fma4"},
+        {avx, "avx"},
+        {fma3_avx, "fma3+avx"},
+        {cpu.avx2 != 0, "avx2"},
+        {cpu.fma3_avx2 != 0, "fma3+avx2"},
+        {cpu.avx512f != 0, "avx512f"},
+        {cpu.avx512cd != 0, "avx512cd"},
+        {cpu.avx512dq != 0, "avx512dq"},
+        {cpu.avx512bw != 0, "avx512bw"},
+        {cpu.neon != 0, "arm32+neon"},
+        {cpu.neon64 != 0, "arm64+neon"},
+    };
+    return join_present(features, "none that xsimd detects");
+}
+
+std::string hardware_threads()
+{
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? std::string("unknown") : fmt::format("{}", n);
+}
+
+void print_info()
+{
+    fmt::print("{} (qkern header-only kernels)\n", version_string());
+    fmt::print("  compiler       {}, {}\n", compiler_description(), cplusplus_description());
+    fmt::print("  native tag     {} (qk::arch::native: the best tag the compiler flags enable)\n",
+               tag_name<qk::arch::native>());
+    fmt::print("  flags enable   {}\n", compiler_enabled_features());
+    fmt::print("  CPU offers     {}\n", cpu_features());
+    // xsimd ranks its tags by version(), so a higher best means kernels this build leaves unused.
+    if (xsimd::available_architectures().best > tag_version<qk::arch::native>()) {
+        fmt::print("  hint           this CPU can do more than {}: build with -march=native (CMake: -DQKERN_NATIVE=ON)\n",
+                   tag_name<qk::arch::native>());
+    }
+    fmt::print("  threads        {} hardware threads\n", hardware_threads());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tour: built-in data, round trips and dot products
+
+constexpr std::size_t tour_rows = 4;
+constexpr std::size_t tour_cols = 4096; // a multiple of every block size (32 and 256)
+
+// Gaussian-ish values that are the same on every platform: std::mt19937's output sequence is
+// fixed by the standard, but std::normal_distribution's algorithm is not, so the sum of 12
+// uniforms (Irwin-Hall: mean 6, variance 1) is taken instead.
+std::vector<float> gaussian_values(std::size_t count, std::uint32_t seed)
+{
+    std::mt19937 engine(seed);
+    std::vector<float> values(count);
+    for (float& v : values) {
+        double sum = 0.0;
+        for (int k = 0; k < 12; ++k) {
+            sum += static_cast<double>(engine()) / 4294967296.0;
+        }
+        v = static_cast<float>(sum - 6.0);
+    }
+    return values;
+}
+
+template <class Block>
+constexpr double bits_per_weight()
+{
+    return static_cast<double>(sizeof(Block) * 8) / static_cast<double>(qk::format_traits<Block>::block_size);
+}
+
+template <class Block>
+std::vector<float> round_trip(std::span<const float> x)
+{
+    const std::vector<Block> blocks = qk::quantize<Block>(x);
+    std::vector<float> y(x.size());
+    qk::dequantize<Block>(std::span<const Block>(blocks), std::span<float>(y));
+    return y;
+}
+
+// Prints one round-trip row; returns whether it passed. The check is a sanity bound, not an
+// accuracy test (tests/ holds those): every one of these formats keeps the relative RMS error on
+// Gaussian data well under 25%, while a wrong scale, sign or nibble order lands near 100% or more.
+template <class Block>
+bool tour_round_trip(std::span<const float> x)
+{
+    const std::vector<float> y = round_trip<Block>(x);
+    double error_squares = 0.0;
+    double value_squares = 0.0;
+    double max_error = 0.0;
+    bool finite = true;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const double error = static_cast<double>(y[i]) - static_cast<double>(x[i]);
+        finite = finite && std::isfinite(y[i]);
+        error_squares += error * error;
+        value_squares += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+        max_error = std::max(max_error, std::fabs(error));
+    }
+    const double relative_rms = std::sqrt(error_squares / value_squares);
+    const bool ok = finite && relative_rms < 0.25;
+    fmt::print("  {:<8} {:>5} {:>7.3f} {:>11.3f}% {:>11.5f}   {}\n", qk::format_traits<Block>::name, qk::format_traits<Block>::block_size,
+               bits_per_weight<Block>(), 100.0 * relative_rms, max_error, ok ? "ok" : "FAIL");
+    return ok;
+}
+
+struct dot_result {
+    float native = 0.0f;
+    float generic = 0.0f;
+    double dequantized = 0.0; // the dot of the dequantized rows, in double
+    double exact = 0.0;       // the dot of the original floats, in double
+    bool ok = true;
+};
+
+// How far apart two computations of one row's dot product may be.
+//
+// Every kernel forms one float term per group of 32 values (a Q8_0/MXFP4/IQ4_NL block, an IQ4_XS
+// sub-block): t = d * sumi, where sumi is an exact integer sum and d a product of at most three
+// scales, so each term carries at most 3 roundings. Adding n terms in float costs n - 1 more.
+// With u = FLT_EPSILON / 2 and S = sum_i |w_i * a_i| over the dequantized values (which bounds
+// every |t| and every partial sum), the standard bound for recursive summation gives
+//     |computed - exact| <= (n + 2) * u * S   (to first order in u).
+// A SIMD kernel may add in another order (lanes, then a horizontal sum) or fuse multiply-adds;
+// that obeys the same bound, so |native - generic| <= 2 (n + 2) u S = (n + 2) * FLT_EPSILON * S,
+// and the dot of the dequantized values in double is within half of that of either. We allow
+// twice the bound, for the rounding of the dequantized values and in S, and second-order terms.
+double dot_tolerance(std::size_t groups, double abs_sum)
+{
+    return 2.0 * static_cast<double>(groups + 2) * static_cast<double>(FLT_EPSILON) * abs_sum;
+}
+
+// y = W a for the tour's W (tour_rows x tour_cols), natively and by the generic reference, each
+// row checked (native against generic, generic against the dequantized data, which catches a
+// dot kernel that disagrees with dequantize); returns row 0's values to show.
+template <qk::weight_format Block>
+dot_result tour_dot(std::span<const float> w, std::span<const float> a)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const std::vector<Block> wq = qk::quantize<Block>(w);
+    const std::vector<activation> aq = qk::quantize<activation>(a);
+
+    std::vector<float> w_deq(w.size());
+    std::vector<float> a_deq(a.size());
+    qk::dequantize<Block>(std::span<const Block>(wq), std::span<float>(w_deq));
+    qk::dequantize<activation>(std::span<const activation>(aq), std::span<float>(a_deq));
+
+    const std::size_t row_blocks = tour_cols / qk::format_traits<Block>::block_size;
+    const std::span<const activation> a_blocks(aq);
+    dot_result result;
+    for (std::size_t r = 0; r < tour_rows; ++r) {
+        const std::span<const Block> row(wq.data() + r * row_blocks, row_blocks);
+        const float native = qk::dot<Block>(row, a_blocks);
+        const float generic = qk::dot<Block, qk::arch::generic>(row, a_blocks);
+
+        double exact = 0.0;
+        double dequantized = 0.0;
+        double abs_sum = 0.0;
+        for (std::size_t i = 0; i < tour_cols; ++i) {
+            const double product = static_cast<double>(w_deq[r * tour_cols + i]) * static_cast<double>(a_deq[i]);
+            exact += static_cast<double>(w[r * tour_cols + i]) * static_cast<double>(a[i]);
+            dequantized += product;
+            abs_sum += std::fabs(product);
+        }
+        const double tolerance = dot_tolerance(tour_cols / 32, abs_sum);
+        // Written so that a NaN anywhere fails the check.
+        const bool row_ok = std::fabs(static_cast<double>(native) - static_cast<double>(generic)) <= tolerance &&
+                            std::fabs(static_cast<double>(generic) - dequantized) <= tolerance;
+        result.ok = result.ok && row_ok;
+        if (r == 0) {
+            result.native = native;
+            result.generic = generic;
+            result.dequantized = dequantized;
+            result.exact = exact;
+        }
+    }
+    return result;
+}
+
+// Returns whether every check passed.
+bool run_tour()
+{
+    print_info();
+    const std::vector<float> w = gaussian_values(tour_rows * tour_cols, 1);
+    const std::vector<float> a = gaussian_values(tour_cols, 2);
+    bool all_ok = true;
+
+    fmt::print("\nround trip: quantize then dequantize {} x {} Gaussian weights\n", tour_rows, tour_cols);
+    fmt::print("  {:<8} {:>5} {:>7} {:>12} {:>11}   {}\n", "format", "block", "bits/w", "rel RMS err", "max |err|", "check");
+    for (qk::format f : qk::all_formats) {
+        all_ok = qk::visit_format(f, [&]<class Block>(std::type_identity<Block>) { return tour_round_trip<Block>(w); }) && all_ok;
+    }
+
+    const std::string native_header = fmt::format("native ({})", tag_name<qk::arch::native>());
+    const std::size_t native_width = std::max<std::size_t>(native_header.size(), 12);
+    fmt::print("\ndot products: y = W a with a quantized too; y[0] shown, all {} rows checked\n", tour_rows);
+    fmt::print("  {:<8} {:<6} {:>{}} {:>12} {:>12} {:>12}   {}\n", "format", "a as", native_header, native_width, "generic",
+               "dequant f64", "exact f64", "check");
+    for (qk::format f : qk::all_formats) {
+        qk::visit_format(f, [&]<class Block>(std::type_identity<Block>) {
+            if constexpr (qk::weight_format<Block>) {
+                using activation = typename qk::format_traits<Block>::vec_dot_type;
+                const dot_result d = tour_dot<Block>(w, a);
+                all_ok = all_ok && d.ok;
+                fmt::print("  {:<8} {:<6} {:>{}.5f} {:>12.5f} {:>12.5f} {:>12.5f}   {}\n", qk::format_traits<Block>::name,
+                           qk::format_traits<activation>::name, d.native, native_width, d.generic, d.dequantized, d.exact,
+                           d.ok ? "ok" : "FAIL");
+            }
+        });
+    }
+    fmt::print("  check: |native - generic| and |generic - dequant f64| within the float rounding bound\n");
+    fmt::print("\n{}\n", all_ok ? "all checks passed" : "SOME CHECKS FAILED");
+    return all_ok;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files: read whole, validate, compute in memory, then replace the output in one rename
+
+[[noreturn]] void fail(std::string message)
+{
+    throw std::runtime_error(std::move(message));
+}
+
+struct file_closer {
+    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+using file_handle = std::unique_ptr<std::FILE, file_closer>;
+
+// Reads to end of file rather than trusting a size query, so pipes and /dev/stdin work too.
+std::vector<std::byte> read_file(const std::string& path)
+{
+    const file_handle file(std::fopen(path.c_str(), "rb"));
+    if (!file) {
+        fail(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+    }
+    std::vector<std::byte> bytes;
+    std::size_t used = 0;
+    for (;;) {
+        bytes.resize(std::max<std::size_t>(used * 2, 1 << 20));
+        used += std::fread(bytes.data() + used, 1, bytes.size() - used, file.get());
+        if (used < bytes.size()) {
+            break;
+        }
+    }
+    if (std::ferror(file.get())) {
+        fail(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+    }
+    bytes.resize(used);
+    return bytes;
+}
+
+// The files hold little-endian values and blocks are stored byte for byte, so on a big-endian
+// host reading and writing them would silently garble every value.
+void require_little_endian()
+{
+    if constexpr (std::endian::native != std::endian::little) {
+        fail("raw files are little-endian and this host is not; quantize/dequantize are unsupported here");
+    }
+}
+
+std::vector<float> read_floats(const std::string& path, std::string_view role)
+{
+    const std::vector<std::byte> bytes = read_file(path);
+    if (bytes.size() % sizeof(float) != 0) {
+        fail(fmt::format("{} '{}' has {} bytes, not a multiple of 4: it is not raw float32", role, path, bytes.size()));
+    }
+    std::vector<float> values(bytes.size() / sizeof(float));
+    if (!values.empty()) { // memcpy's pointers must not be null, even for 0 bytes
+        std::memcpy(values.data(), bytes.data(), bytes.size());
+    }
+    return values;
+}
+
+// A new file beside the target, removed again unless commit() renames it over the target; so a
+// failure at any step leaves the target as it was and no stray file behind.
+class pending_file {
+public:
+    explicit pending_file(std::string target) : target_(std::move(target))
+    {
+        // fopen's "x" (exclusive create, C11) makes the name ours; the random suffix avoids
+        // collisions with other runs. Unlike mkstemp, the file gets the usual 0666 & ~umask.
+        std::random_device entropy;
+        constexpr std::string_view alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
+        for (int attempt = 0; attempt < 100 && !file_; ++attempt) {
+            path_ = target_ + ".tmp-";
+            for (int k = 0; k < 6; ++k) {
+                path_ += alphabet[entropy() % alphabet.size()];
+            }
+            file_.reset(std::fopen(path_.c_str(), "wbx"));
+            if (!file_ && errno != EEXIST) {
+                break;
+            }
+        }
+        if (!file_) {
+            fail(fmt::format("cannot write '{}': creating the temporary file '{}' failed: {}", target_, path_, std::strerror(errno)));
+        }
+    }
+    pending_file(const pending_file&) = delete;
+    pending_file& operator=(const pending_file&) = delete;
+
+    ~pending_file()
+    {
+        if (!committed_) {
+            file_.reset();
+            std::remove(path_.c_str());
+        }
+    }
+
+    void write(std::span<const std::byte> bytes)
+    {
+        if (std::fwrite(bytes.data(), 1, bytes.size(), file_.get()) != bytes.size()) {
+            fail(fmt::format("cannot write '{}' (via '{}'): {}", target_, path_, std::strerror(errno)));
+        }
+    }
+
+    void commit()
+    {
+        // fclose flushes, so a full disk can show up only here.
+        if (std::fclose(file_.release()) != 0) {
+            fail(fmt::format("cannot write '{}' (via '{}'): {}", target_, path_, std::strerror(errno)));
+        }
+        // std::filesystem::rename replaces an existing target on every platform (std::rename
+        // does not on Windows).
+        std::error_code ec;
+        std::filesystem::rename(path_, target_, ec);
+        if (ec) {
+            fail(fmt::format("cannot write '{}': renaming '{}' over it failed: {}", target_, path_, ec.message()));
+        }
+        committed_ = true;
+    }
+
+private:
+    std::string target_;
+    std::string path_;
+    file_handle file_;
+    bool committed_ = false;
+};
+
+template <class T>
+void write_file(const std::string& path, std::span<const T> values)
+{
+    static_assert(std::is_trivially_copyable_v<T>);
+    pending_file out(path);
+    out.write(std::as_bytes(values));
+    out.commit();
+}
+
+struct convert_options {
+    std::string type;
+    std::size_t cols = 0;
+    std::string input;
+    std::string output;
+    std::string importance; // quantize only; empty when not given
+};
+
+template <class Block>
+void require_whole_blocks(std::size_t cols)
+{
+    constexpr std::size_t block_size = qk::format_traits<Block>::block_size;
+    if (cols % block_size != 0) {
+        fail(fmt::format("--cols {} is not a multiple of the {} block size {}", cols, qk::format_traits<Block>::name, block_size));
+    }
+}
+
+template <class Block>
+void quantize_file(const convert_options& opt)
+{
+    using traits = qk::format_traits<Block>;
+    require_whole_blocks<Block>(opt.cols);
+    if (!opt.importance.empty() && !qk::importance_format<Block>) {
+        fail(fmt::format("--importance applies to IQ4_NL and IQ4_XS only, not {}", traits::name));
+    }
+
+    const std::vector<float> x = read_floats(opt.input, "input");
+    if (x.empty()) {
+        fail(fmt::format("input '{}' is empty: there is nothing to quantize", opt.input));
+    }
+    if (x.size() % opt.cols != 0) {
+        fail(fmt::format("input '{}' holds {} floats, not a whole number of rows of --cols {} ({} = {} x {} + {})", opt.input, x.size(),
+                         opt.cols, x.size(), x.size() / opt.cols, opt.cols, x.size() % opt.cols));
+    }
+    std::vector<float> importance;
+    if (!opt.importance.empty()) {
+        importance = read_floats(opt.importance, "importance file");
+        if (importance.size() != opt.cols) {
+            fail(fmt::format("importance file '{}' holds {} floats but needs one per column: --cols {}", opt.importance, importance.size(),
+                             opt.cols));
+        }
+    }
+
+    std::vector<Block> blocks(x.size() / traits::block_size);
+    try {
+        if constexpr (qk::importance_format<Block>) {
+            if (!importance.empty()) {
+                qk::quantize<Block>(x, std::span<Block>(blocks), importance);
+            } else {
+                qk::quantize<Block>(x, std::span<Block>(blocks));
+            }
+        } else {
+            qk::quantize<Block>(x, std::span<Block>(blocks));
+        }
+    } catch (const qk::error& e) {
+        // The library speaks of x[i]; say which file and where in it.
+        fail(fmt::format("cannot quantize '{}' ({} x {} floats): {}", opt.input, x.size() / opt.cols, opt.cols, e.what()));
+    }
+    write_file(opt.output, std::span<const Block>(blocks));
+    fmt::print("qk: quantized {} rows x {} cols to {}{}: {} bytes written to '{}'\n", x.size() / opt.cols, opt.cols, traits::name,
+               importance.empty() ? "" : " with importance", blocks.size() * sizeof(Block), opt.output);
+}
+
+template <class Block>
+void dequantize_file(const convert_options& opt)
+{
+    using traits = qk::format_traits<Block>;
+    require_whole_blocks<Block>(opt.cols);
+    if (opt.cols / traits::block_size > SIZE_MAX / sizeof(Block)) {
+        fail(fmt::format("--cols {} is too large: a row of {} would not fit in memory", opt.cols, traits::name));
+    }
+    const std::size_t row_bytes = opt.cols / traits::block_size * sizeof(Block);
+
+    const std::vector<std::byte> bytes = read_file(opt.input);
+    if (bytes.empty()) {
+        fail(fmt::format("input '{}' is empty: there is nothing to dequantize", opt.input));
+    }
+    if (bytes.size() % row_bytes != 0) {
+        fail(fmt::format("input '{}' has {} bytes, not a whole number of {} rows of --cols {} ({} bytes each: {} blocks of {} bytes)",
+                         opt.input, bytes.size(), traits::name, opt.cols, row_bytes, opt.cols / traits::block_size, sizeof(Block)));
+    }
+    std::vector<Block> blocks(bytes.size() / sizeof(Block));
+    std::memcpy(blocks.data(), bytes.data(), bytes.size());
+
+    std::vector<float> y(blocks.size() * traits::block_size);
+    qk::dequantize<Block>(std::span<const Block>(blocks), std::span<float>(y));
+    write_file(opt.output, std::span<const float>(y));
+    fmt::print("qk: dequantized {} rows x {} cols of {}: {} bytes written to '{}'\n", bytes.size() / row_bytes, opt.cols, traits::name,
+               y.size() * sizeof(float), opt.output);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+// Checks the text before CLI11 converts it: CLI11 2.1 turns "-5" into a huge std::size_t and
+// saturates on overflow, and its own range validators print DBL_MAX in full.
+CLI::Validator positive_count()
+{
+    return CLI::Validator(
+        [](std::string& text) -> std::string {
+            std::size_t value = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            if (ec == std::errc::result_out_of_range) {
+                return fmt::format("{} is too large", text);
+            }
+            if (ec != std::errc() || end != text.data() + text.size() || value == 0) {
+                return fmt::format("expected a positive whole number, not '{}'", text);
+            }
+            return {};
+        },
+        "");
+}
+
+CLI::App* add_convert_command(CLI::App& app, const char* name, const char* description, convert_options& opt, const char* input_help,
+                              const char* output_help)
+{
+    CLI::App* cmd = app.add_subcommand(name, description);
+    cmd->add_option("-t,--type", opt.type, "block format: Q8_0, Q8_K, MXFP4, IQ4_NL or IQ4_XS (any letter case)")->required();
+    cmd->add_option("-c,--cols", opt.cols, "values per row, a multiple of the format's block size (32 or 256)")
+        ->required()
+        ->type_name("N")
+        ->check(positive_count());
+    cmd->add_option("input", opt.input, input_help)->required();
+    cmd->add_option("output", opt.output, output_help)->required();
+    cmd->footer("Files are raw and little-endian, with no header: float32 values, or each row's blocks as GGUF\n"
+                "stores them, rows back to back. The output is replaced only when everything succeeded.");
+    return cmd;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    CLI::App app{"qk: the qkern tool. Without a subcommand it runs `qk tour`.", "qk"};
+    app.set_version_flag("--version", version_string());
+    app.require_subcommand(0, 1);
+
+    app.footer("Exit status: 0 on success, 1 on an error, 2 when a tour check fails (CLI11 usage errors: 100 and up).");
+    app.add_subcommand("tour", "show info, then round-trip and dot-product checks for every format (the default)");
+    CLI::App* info = app.add_subcommand("info", "show the compiler, the architecture tags and the CPU's features");
+
+    convert_options quantize_opt;
+    CLI::App* quantize = add_convert_command(app, "quantize", "quantize a raw little-endian float32 file to rows of blocks", quantize_opt,
+                                             "raw float32 input file", "output file of blocks");
+    quantize->add_option("--importance", quantize_opt.importance,
+                         "raw float32 file of per-column importance weights, --cols of them (IQ4_NL, IQ4_XS only)");
+
+    convert_options dequantize_opt;
+    CLI::App* dequantize = add_convert_command(app, "dequantize", "dequantize a file of block rows to raw little-endian float32",
+                                               dequantize_opt, "input file of blocks", "raw float32 output file");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    try {
+        if (app.got_subcommand(info)) {
+            print_info();
+        } else if (app.got_subcommand(quantize)) {
+            require_little_endian();
+            qk::visit_format(qk::parse_format(quantize_opt.type),
+                             [&]<class Block>(std::type_identity<Block>) { quantize_file<Block>(quantize_opt); });
+        } else if (app.got_subcommand(dequantize)) {
+            require_little_endian();
+            qk::visit_format(qk::parse_format(dequantize_opt.type),
+                             [&]<class Block>(std::type_identity<Block>) { dequantize_file<Block>(dequantize_opt); });
+        } else { // `qk tour`, or `qk` alone
+            return run_tour() ? 0 : 2;
+        }
+    } catch (const qk::error& e) {
+        fmt::print(stderr, "qk: error: {}\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        fmt::print(stderr, "qk: error: out of memory\n");
+        return 1;
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "qk: error: {}\n", e.what());
+        return 1;
+    }
+    return 0;
+}
