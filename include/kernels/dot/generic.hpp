@@ -4,6 +4,7 @@
 // per block sumf = sumf + d * (float)sumi, rounded twice, blocks in order.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,6 +13,22 @@
 #include "../formats.hpp"
 #include "../fp16.hpp"
 #include "../strict_fp.hpp"
+
+namespace qk::detail {
+
+// The exact integer dot of 32 4-bit codes (16 bytes, element j in the low nibble of byte j and
+// element j + 16 in the high nibble) decoded through `table`, with 32 int8 activations.
+inline int nibble_dot(const std::uint8_t* codes, const std::int8_t* q8, const std::array<std::int8_t, 16>& table) noexcept
+{
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) {
+        sum += table[codes[j] & 0x0f] * q8[j];
+        sum += table[codes[j] >> 4] * q8[j + 16];
+    }
+    return sum;
+}
+
+} // namespace qk::detail
 
 namespace qk::kernels {
 
@@ -36,11 +53,7 @@ QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_mx
     QK_STRICT_FP_BODY
     float sum = 0.0f;
     for (std::size_t b = 0; b < blocks; ++b) {
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j) {
-            sumi += mxfp4_values[w[b].qs[j] & 0x0f] * a[b].qs[j];
-            sumi += mxfp4_values[w[b].qs[j] >> 4] * a[b].qs[j + 16];
-        }
+        const int sumi = detail::nibble_dot(w[b].qs.data(), a[b].qs.data(), mxfp4_values);
         const float d = fp16_to_fp32(a[b].d) * e8m0_half_to_fp32(w[b].e);
         const float term = detail::rounded(d * static_cast<float>(sumi));
         sum = sum + term;
@@ -53,11 +66,7 @@ QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_iq
     QK_STRICT_FP_BODY
     float sum = 0.0f;
     for (std::size_t b = 0; b < blocks; ++b) {
-        int sumi = 0;
-        for (int j = 0; j < 16; ++j) {
-            sumi += iq4_values[w[b].qs[j] & 0x0f] * a[b].qs[j];
-            sumi += iq4_values[w[b].qs[j] >> 4] * a[b].qs[j + 16];
-        }
+        const int sumi = detail::nibble_dot(w[b].qs.data(), a[b].qs.data(), iq4_values);
         const float d = fp16_to_fp32(a[b].d) * fp16_to_fp32(w[b].d);
         const float term = detail::rounded(d * static_cast<float>(sumi));
         sum = sum + term;
@@ -72,13 +81,7 @@ QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_iq
     for (std::size_t b = 0; b < blocks; ++b) {
         const float d4d8 = fp16_to_fp32(w[b].d) * a[b].d;
         for (int g = 0; g < 8; ++g) {
-            const std::uint8_t* qs = w[b].qs.data() + 16 * g;
-            const std::int8_t* q8 = a[b].qs.data() + 32 * g;
-            int sumi = 0;
-            for (int j = 0; j < 16; ++j) {
-                sumi += iq4_values[qs[j] & 0x0f] * q8[j];
-                sumi += iq4_values[qs[j] >> 4] * q8[j + 16];
-            }
+            const int sumi = detail::nibble_dot(w[b].qs.data() + 16 * g, a[b].qs.data() + 32 * g, iq4_values);
             const float d = d4d8 * static_cast<float>(iq4_xs_group_scale(w[b], g));
             const float term = detail::rounded(d * static_cast<float>(sumi));
             sum = sum + term;
