@@ -8,6 +8,8 @@
 #define QKERN_VERSION_PATCH 0
 
 #include "kernels/arch.hpp"
+#include "kernels/cpu_features.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/dot.hpp"
 #include "kernels/e8m0.hpp"
 #include "kernels/error.hpp"

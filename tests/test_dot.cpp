@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "test_support.hpp"
 
@@ -82,4 +83,39 @@ TEST_CASE("dot propagates non-finite scales as IEEE arithmetic does")
     CHECK(std::isinf(qk::dot<qk::block_q8_0>(w, a)));
     a[0].qs.fill(0);
     CHECK(std::isnan(qk::dot<qk::block_q8_0>(w, a)));
+}
+
+TEST_CASE("run-time dispatch picks the best tag this CPU runs and calls that tag's kernel")
+{
+    const auto& cpu = qk::running_cpu();
+    const std::string chosen = qk::dispatch([&]<class Tag>(Tag) {
+        CHECK(qk::runs<Tag>(cpu));
+        return std::string(qk::arch::name<Tag>());
+    });
+    MESSAGE("dispatch chose " << chosen);
+    const auto w = qk::quantize<qk::block_iq4_xs>(std::span<const float>(normal(2048, 0.1f, 5)));
+    const auto a = qk::quantize<qk::block_q8_K>(std::span<const float>(normal(2048, 1.0f, 6)));
+    const float dispatched = qk::dispatch([&]<class Tag>(Tag) { return qk::dot<qk::block_iq4_xs, Tag>(w, a); });
+
+    // The best of the tags this CPU runs, found without dispatch, and its kernel called by name.
+    std::string best = "generic";
+    float direct = qk::dot<qk::block_iq4_xs, qk::arch::generic>(w, a);
+    const auto consider = [&]<class Tag>(Tag) {
+        if (qk::runs<Tag>(cpu)) {
+            best = qk::arch::name<Tag>();
+            direct = qk::dot<qk::block_iq4_xs, Tag>(w, a);
+        }
+    };
+#if QK_HAS_X86_KERNELS
+    consider(qk::arch::sse4_2{});
+    consider(qk::arch::avx2{});
+    consider(qk::arch::avx512bw{});
+    consider(qk::arch::avx512vnni{});
+    CHECK(best != "generic"); // every x86-64 machine this suite runs on has SSE4.2
+#elif QK_HAS_ARM_KERNELS
+    consider(qk::arch::neon64{});
+    consider(qk::arch::neon64_dotprod{});
+#endif
+    CHECK(chosen == best);
+    CHECK(bits(dispatched) == bits(direct));
 }

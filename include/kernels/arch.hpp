@@ -1,6 +1,8 @@
 // Architecture tags: the compile-time names of instruction sets that kernels are specialized on.
-// They are xsimd's tag types (which inherit, avx2 -> avx -> ... -> sse2 -> generic), so a
-// kernel overload for a parent tag also serves its children until a faster overload exists.
+// They are xsimd's tag types (which inherit, avx2 -> avx -> ... -> sse2 -> generic) plus ours
+// where xsimd has none (AVX-512 VNNI, Arm's dot-product extension). A kernel overload for a
+// parent tag also serves its children until a faster overload exists; generic is the last
+// fallback. qk::arch::native is the best tag the compiler flags enable.
 #pragma once
 
 #include <type_traits>
@@ -12,13 +14,61 @@ namespace qk::arch {
 // The portable scalar kernels: the reference every other tag is tested against.
 using generic = xsimd::generic;
 
-// The best tag the compiler flags enable (e.g. avx2 under -mavx2, neon64 on AArch64), or
-// generic where xsimd knows none.
-using native = std::conditional_t<std::is_same_v<xsimd::default_arch, xsimd::unavailable>, generic, xsimd::default_arch>;
+// x86-64-v2.
+using sse4_2 = xsimd::sse4_2;
+// AVX2 kernels also use FMA and F16C, which every AVX2 CPU has.
+using avx2 = xsimd::avx2;
+// AVX-512 F/BW/DQ/VL (Skylake-SP and later, Zen 4).
+using avx512bw = xsimd::avx512bw;
+
+// AVX-512 with VNNI's vpdpbusd (Ice Lake, Zen 4): int8 dot products in one instruction.
+struct avx512vnni : xsimd::avx512bw {
+    static constexpr unsigned version() noexcept { return xsimd::generic::version(3, 5, 0); }
+    static constexpr char const* name() noexcept { return "avx512vnni"; }
+};
+
+// AArch64 Advanced SIMD.
+using neon64 = xsimd::neon64;
+
+// AArch64 with the Armv8.2 dot-product instructions (sdot/udot).
+struct neon64_dotprod : xsimd::neon64 {
+    static constexpr unsigned version() noexcept { return xsimd::generic::version(8, 2, 0); }
+    static constexpr char const* name() noexcept { return "neon64+dotprod"; }
+};
 
 // Kernels take their tag as `requires_arch<Tag>` (a const reference), so overload resolution picks
 // the most derived tag that has an overload.
 template <class Tag>
 using requires_arch = xsimd::kernel::requires_arch<Tag>;
+
+// A tag's name for messages and reports (xsimd's generic has none).
+template <class Tag>
+[[nodiscard]] constexpr const char* name() noexcept
+{
+    if constexpr (std::is_same_v<Tag, generic>) {
+        return "generic";
+    } else {
+        return Tag::name();
+    }
+}
+
+// The best tag the compiler flags enable. Each tag needs all the features its kernels use.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__FMA__) && defined(__F16C__)
+using native = avx512vnni;
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__FMA__) && \
+    defined(__F16C__)
+using native = avx512bw;
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+using native = avx2;
+#elif defined(__SSE4_2__) && defined(__POPCNT__)
+using native = sse4_2;
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+using native = neon64_dotprod;
+#elif defined(__aarch64__)
+using native = neon64;
+#else
+using native = generic;
+#endif
 
 } // namespace qk::arch

@@ -21,7 +21,7 @@ template <weight_format Block, class Arch = arch::native>
                      " values) but a has ", a.size(), " ", format_traits<activation>::name, " blocks (",
                      a.size() * format_traits<activation>::block_size, " values)");
     }
-    return kernels::dot(Arch{}, w.data(), a.data(), w.size());
+    return kernels::dot<Arch>(w.data(), a.data(), w.size(), Arch{});
 }
 
 } // namespace qk

@@ -1,6 +1,7 @@
 // qk::quantize and qk::dequantize: float rows <-> GGUF blocks, for every block format.
-// `quantize` is the model-file quantizer, byte-exact with what GGUF-writing tools produce.
-// Arguments are checked first: on a qk::error nothing has been written.
+// `quantize` is the model-file quantizer, byte-exact with what GGUF-writing tools produce, on an
+// architecture tag (SIMD kernels exist for the activation formats Q8_0 and Q8_K; every tag gives
+// the reference's bytes). Arguments are checked first: on a qk::error nothing has been written.
 #pragma once
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "error.hpp"
+#include "arch.hpp"
 #include "formats.hpp"
+#include "quantize/generic.hpp"
 
 namespace qk {
 namespace detail {
@@ -118,12 +121,12 @@ void check_importance(std::span<const float> x, std::span<const float> importanc
 } // namespace detail
 
 // Quantizes x (a whole number of blocks) into y (exactly x.size() / block_size blocks).
-template <block_format Block>
+template <block_format Block, class Arch = arch::native>
 void quantize(std::span<const float> x, std::span<Block> y)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
     detail::check_values<Block>(x);
-    reference::quantize(x.data(), y.data(), y.size());
+    kernels::quantize<Arch>(x.data(), y.data(), y.size(), Arch{});
 }
 
 // With importance weights (an imatrix): `importance` holds one weight per column, and x is a
@@ -154,12 +157,12 @@ void quantize(std::span<const float> x, std::span<Block> y, std::span<const floa
 }
 
 // Convenience: returns the blocks in a new vector.
-template <block_format Block>
+template <block_format Block, class Arch = arch::native>
 [[nodiscard]] std::vector<Block> quantize(std::span<const float> x)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), x.size() / format_traits<Block>::block_size, "the result");
     std::vector<Block> y(x.size() / format_traits<Block>::block_size);
-    quantize<Block>(x, std::span<Block>(y));
+    quantize<Block, Arch>(x, std::span<Block>(y));
     return y;
 }
 

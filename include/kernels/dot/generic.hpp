@@ -1,5 +1,6 @@
 // The scalar reference dot products (weights · activations), one overload per weight format,
-// on the generic tag. Each block's integer sum is exact; the float scaling and summation follow
+// on the generic tag. Like every kernel they are templates on the calling tag, so that copies
+// compiled with different instruction-set flags are different symbols. Each block's integer sum is exact; the float scaling and summation follow
 // GGUF consumers' portable loops, so results match them bit for bit whatever the user's flags:
 // per block sumf = sumf + d * (float)sumi, rounded twice, blocks in order.
 #pragma once
@@ -32,7 +33,8 @@ inline int nibble_dot(const std::uint8_t* codes, const std::int8_t* q8, const st
 
 namespace qk::kernels {
 
-QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_q8_0* w, const block_q8_0* a, std::size_t blocks) noexcept
+template <class Arch>
+QK_STRICT_FP float dot(const block_q8_0* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::generic>) noexcept
 {
     QK_STRICT_FP_BODY
     float sum = 0.0f;
@@ -48,7 +50,8 @@ QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_q8
     return sum;
 }
 
-QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_mxfp4* w, const block_q8_0* a, std::size_t blocks) noexcept
+template <class Arch>
+QK_STRICT_FP float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::generic>) noexcept
 {
     QK_STRICT_FP_BODY
     float sum = 0.0f;
@@ -61,7 +64,8 @@ QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_mx
     return sum;
 }
 
-QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_iq4_nl* w, const block_q8_0* a, std::size_t blocks) noexcept
+template <class Arch>
+QK_STRICT_FP float dot(const block_iq4_nl* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::generic>) noexcept
 {
     QK_STRICT_FP_BODY
     float sum = 0.0f;
@@ -74,7 +78,8 @@ QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_iq
     return sum;
 }
 
-QK_STRICT_FP inline float dot(arch::requires_arch<arch::generic>, const block_iq4_xs* w, const block_q8_K* a, std::size_t blocks) noexcept
+template <class Arch>
+QK_STRICT_FP float dot(const block_iq4_xs* w, const block_q8_K* a, std::size_t blocks, arch::requires_arch<arch::generic>) noexcept
 {
     QK_STRICT_FP_BODY
     float sum = 0.0f;

@@ -1,0 +1,27 @@
+// Per-function instruction-set targets for the SIMD kernels. Each kernel carries the attribute of
+// its tag, so every kernel compiles in every translation unit whatever the global flags: a
+// portable binary (no -m flags) can hold all of them and pick one at run time (dispatch.hpp),
+// and a -march=native build inlines the one qk::arch::native names.
+#pragma once
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define QK_HAS_X86_KERNELS 1
+#define QK_TARGET_SSE4_2 __attribute__((target("sse4.2,popcnt")))
+#define QK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define QK_TARGET_AVX512BW __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define QK_TARGET_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#else
+#define QK_HAS_X86_KERNELS 0
+#endif
+
+#if defined(__aarch64__) && defined(__GNUC__)
+#define QK_HAS_ARM_KERNELS 1
+#define QK_TARGET_NEON64
+#if defined(__clang__)
+#define QK_TARGET_NEON64_DOTPROD __attribute__((target("dotprod")))
+#else
+#define QK_TARGET_NEON64_DOTPROD __attribute__((target("+dotprod")))
+#endif
+#else
+#define QK_HAS_ARM_KERNELS 0
+#endif

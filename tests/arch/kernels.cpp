@@ -1,0 +1,210 @@
+// Every kernel of one architecture tag (QK_TEST_TAG, set by tests/CMakeLists.txt together with the
+// tag's compiler flags) against the generic reference on the same inputs: integer inner sums
+// exact, float results within a tolerance derived from the block scales, activation quantizers
+// byte-identical, for lengths from one block up and for unaligned starting addresses.
+#include <doctest/doctest.h>
+
+#include <qkern.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using tag = qk::arch::QK_TEST_TAG;
+
+std::vector<float> normal(std::size_t n, float scale, std::uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(n);
+    for (auto& v : x) {
+        v = dist(rng) * scale;
+    }
+    return x;
+}
+
+// A copy of `blocks` starting `offset` bytes past an aligned address, so kernels meet every
+// alignment a GGUF file mapped into memory can give them.
+template <class Block>
+class unaligned_copy {
+public:
+    unaligned_copy(const std::vector<Block>& blocks, std::size_t offset)
+        : storage_(new std::uint8_t[blocks.size() * sizeof(Block) + 64]), data_(storage_.get() + offset), size_(blocks.size())
+    {
+        std::memcpy(data_, blocks.data(), blocks.size() * sizeof(Block));
+    }
+    std::span<const Block> span() const { return {reinterpret_cast<const Block*>(data_), size_}; }
+
+private:
+    std::unique_ptr<std::uint8_t[]> storage_;
+    std::uint8_t* data_;
+    std::size_t size_;
+};
+
+// Lengths in blocks: every count up to 9, then sizes that leave every remainder of an unrolled
+// loop.
+const std::size_t lengths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129};
+
+// Sum over the rows of |w_i * a_i| after decoding: it bounds every block term |d * sumi| and
+// every partial sum, so float summation in any order with fused or unfused products stays within
+// (terms + 4) * 2^-24 of it per rounding; twice that covers two different orders.
+template <class Block, class Activation>
+double magnitude(std::span<const Block> w, std::span<const Activation> a)
+{
+    std::vector<float> wf(w.size() * qk::format_traits<Block>::block_size);
+    std::vector<float> af(wf.size());
+    qk::dequantize<Block>(w, wf);
+    qk::dequantize<Activation>(a, af);
+    double sum = 0;
+    for (std::size_t i = 0; i < wf.size(); ++i) {
+        sum += std::fabs(static_cast<double>(wf[i]) * af[i]);
+    }
+    return sum;
+}
+
+template <class Block>
+void check_dot_against_generic()
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    for (std::size_t n : lengths) {
+        const auto w = qk::quantize<Block, qk::arch::generic>(std::span<const float>(normal(n * size, 0.05f, static_cast<std::uint32_t>(n))));
+        const auto a = qk::quantize<activation, qk::arch::generic>(
+            std::span<const float>(normal(n * size, 2.0f, static_cast<std::uint32_t>(1000 + n))));
+        const float reference = qk::dot<Block, qk::arch::generic>(w, a);
+        const double groups = static_cast<double>(n * size / 32);
+        const double tolerance = 2.0 * (groups + 4.0) * 0x1p-24 * magnitude<Block, activation>(w, a);
+        for (std::size_t offset : {0u, 1u, 3u, 17u}) {
+            const unaligned_copy<Block> wu(w, offset);
+            const unaligned_copy<activation> au(a, (offset * 7) % 32);
+            const float simd = qk::dot<Block, tag>(wu.span(), au.span());
+            CAPTURE(n);
+            CAPTURE(offset);
+            CAPTURE(reference);
+            CAPTURE(simd);
+            CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+        }
+    }
+}
+
+// With every scale 1 each block term is its integer sum, and totals below 2^24 are exact in
+// float: any order of summation must then give exactly the integer total.
+template <class Block>
+void check_exact_integer_sums()
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    std::mt19937 rng(7);
+    for (std::size_t n : lengths) {
+        std::vector<Block> w(n);
+        std::vector<activation> a(n);
+        for (std::size_t b = 0; b < n; ++b) {
+            // Random bytes for codes and scales' bit fields, then unit scales.
+            auto* wb = reinterpret_cast<std::uint8_t*>(&w[b]);
+            auto* ab = reinterpret_cast<std::uint8_t*>(&a[b]);
+            for (std::size_t i = 0; i < sizeof(Block); ++i) {
+                wb[i] = static_cast<std::uint8_t>(rng());
+            }
+            for (std::size_t i = 0; i < sizeof(activation); ++i) {
+                ab[i] = static_cast<std::uint8_t>(rng());
+            }
+            if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
+                w[b].e = 128; // e8m0_half(128) = 1
+            } else {
+                w[b].d = qk::fp32_to_fp16(1.0f);
+            }
+            if constexpr (std::is_same_v<Block, qk::block_iq4_xs>) {
+                // Group multipliers ls - 32 in [-4, 3], keeping the totals below 2^24.
+                w[b].scales_h = 0;
+                for (int g = 0; g < 8; ++g) {
+                    const int ls = 28 + static_cast<int>(rng() % 8);
+                    auto& low = w[b].scales_l[static_cast<std::size_t>(g / 2)];
+                    low = static_cast<std::uint8_t>(g % 2 == 0 ? (ls & 0xf) : (low | ((ls & 0xf) << 4)));
+                    w[b].scales_h = static_cast<std::uint16_t>(w[b].scales_h | ((ls >> 4) << (2 * g)));
+                }
+            }
+            // Activations in [-31, 31] (the extremes of int8 are covered by the quantizer tests),
+            // so that even 129 blocks stay exact in float.
+            for (auto& q : a[b].qs) {
+                q = static_cast<std::int8_t>(q % 32);
+            }
+            if constexpr (std::is_same_v<activation, qk::block_q8_K>) {
+                a[b].d = 1.0f;
+            } else {
+                a[b].d = qk::fp32_to_fp16(1.0f);
+            }
+        }
+        // The exact total, from the decoded values (all small integers here).
+        std::vector<float> wf(n * size);
+        std::vector<float> af(n * size);
+        qk::dequantize<Block>(w, wf);
+        qk::dequantize<activation>(a, af);
+        std::int64_t exact = 0;
+        for (std::size_t i = 0; i < wf.size(); ++i) {
+            exact += static_cast<std::int64_t>(wf[i]) * static_cast<std::int64_t>(af[i]);
+        }
+        REQUIRE(std::llabs(exact) < (1 << 24));
+        CAPTURE(n);
+        CHECK(static_cast<std::int64_t>(qk::dot<Block, tag>(w, a)) == exact);
+        CHECK(qk::dot<Block, tag>(w, a) == static_cast<float>(exact));
+    }
+}
+
+template <class Block>
+void check_quantizer_bytes()
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    for (std::size_t n : lengths) {
+        // Varied magnitudes per block, an all-zero block, exact ties for rounding.
+        auto x = normal(n * size, 1.0f, static_cast<std::uint32_t>(50 + n));
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            x[i] *= std::pow(10.0f, static_cast<float>((i / size) % 9) - 4.0f);
+        }
+        if (n > 2) {
+            std::fill(x.begin() + size, x.begin() + 2 * size, 0.0f);
+            for (std::size_t j = 0; j < size; ++j) {
+                x[2 * size + j] = static_cast<float>(static_cast<int>(j % 9) - 4) * 0.5f; // halves: rounding ties
+            }
+        }
+        const auto expected = qk::quantize<Block, qk::arch::generic>(std::span<const float>(x));
+        for (std::size_t offset : {0u, 1u, 2u, 3u}) {
+            std::vector<float> shifted(x.size() + offset);
+            std::copy(x.begin(), x.end(), shifted.begin() + static_cast<std::ptrdiff_t>(offset));
+            std::vector<Block> actual(n);
+            qk::quantize<Block, tag>(std::span<const float>(shifted).subspan(offset), std::span<Block>(actual));
+            CAPTURE(n);
+            CAPTURE(offset);
+            CHECK(std::memcmp(actual.data(), expected.data(), n * sizeof(Block)) == 0);
+        }
+    }
+}
+
+} // namespace
+
+#define QK_TAG_NAME_STRING(x) #x
+#define QK_TAG_NAME(x) QK_TAG_NAME_STRING(x)
+
+TEST_CASE_TEMPLATE("dot on " QK_TAG_NAME(QK_TEST_TAG) " agrees with the generic reference", Block, qk::block_q8_0, qk::block_mxfp4,
+                   qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    check_dot_against_generic<Block>();
+}
+
+TEST_CASE_TEMPLATE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exactly", Block, qk::block_q8_0, qk::block_mxfp4, qk::block_iq4_nl,
+                   qk::block_iq4_xs)
+{
+    check_exact_integer_sums<Block>();
+}
+
+TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " write the reference's bytes", Block, qk::block_q8_0,
+                   qk::block_q8_K)
+{
+    check_quantizer_bytes<Block>();
+}
