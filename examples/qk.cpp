@@ -3,10 +3,13 @@
 // prints the build and CPU facts alone; `qk quantize` / `qk dequantize` convert raw float32 files
 // to and from rows of GGUF blocks.
 #include <qkern.hpp>
+#include <backends/cpu/read_bandwidth.hpp>
+#include <kernels/gemv.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <charconv>
+#include <chrono>
 #include <cerrno>
 #include <cfloat>
 #include <cmath>
@@ -635,6 +638,211 @@ CLI::App* add_convert_command(CLI::App& app, const char* name, const char* descr
 
 } // namespace
 
+// ---------------------------------------------------------------------------------------------
+// qk bench: the kernels' speed on this machine, briefly (bench/ holds the full Google Benchmark
+// suites). Mat-vec speed is reported against the streaming-read bandwidth measured in the same
+// run, since a mat-vec reads each weight once and that bandwidth is its ceiling.
+
+struct bench_options {
+    std::string json;
+    double seconds = 0.05;
+    std::vector<std::size_t> threads{1, 2};
+};
+
+struct measurement {
+    std::string op;
+    std::string format;
+    std::string arch;
+    std::size_t threads = 1;
+    double ns_per_block = 0.0;
+    double ns_per_32 = 0.0;
+    double gb_per_s = 0.0;
+    double bandwidth_fraction = -1.0; // gemv only
+};
+
+// Seconds per call of f: calls are timed in batches grown until a batch takes a tenth of the
+// budget, then the fastest of several batches counts (the machine may be shared).
+template <class F>
+double seconds_per_call(F&& f, double budget)
+{
+    using clock = std::chrono::steady_clock;
+    const auto time_batch = [&](std::size_t calls) {
+        const auto start = clock::now();
+        for (std::size_t i = 0; i < calls; ++i) {
+            f();
+        }
+        return std::chrono::duration<double>(clock::now() - start).count();
+    };
+    std::size_t calls = 1;
+    double elapsed = time_batch(calls);
+    while (elapsed < budget / 10 && calls < (std::size_t{1} << 30)) {
+        calls *= 2;
+        elapsed = time_batch(calls);
+    }
+    double best = elapsed / static_cast<double>(calls);
+    for (int batch = 0; batch < 5; ++batch) {
+        best = std::min(best, time_batch(calls) / static_cast<double>(calls));
+    }
+    return best;
+}
+
+// Calls f(Tag{}) for every tag this CPU runs, scalar reference first.
+template <class F>
+void for_each_runnable_tag(F&& f)
+{
+    f(qk::arch::generic{});
+    [[maybe_unused]] const qk::cpu_features& cpu = qk::running_cpu();
+#if QK_HAS_X86_KERNELS
+    if (qk::runs<qk::arch::sse4_2>(cpu)) f(qk::arch::sse4_2{});
+    if (qk::runs<qk::arch::avx2>(cpu)) f(qk::arch::avx2{});
+    if (qk::runs<qk::arch::avx512bw>(cpu)) f(qk::arch::avx512bw{});
+    if (qk::runs<qk::arch::avx512vnni>(cpu)) f(qk::arch::avx512vnni{});
+#elif QK_HAS_ARM_KERNELS
+    f(qk::arch::neon64{});
+    if (qk::runs<qk::arch::neon64_dotprod>(cpu)) f(qk::arch::neon64_dotprod{});
+#endif
+}
+
+// Blocks of random codes with moderate scales: kernel speed does not depend on the values, and
+// quantizing a 14336 x 4096 matrix with the IQ4 model-file quantizers would take half a minute.
+template <class Block>
+std::vector<Block> random_blocks(std::size_t count, std::uint32_t seed)
+{
+    std::mt19937 engine(seed);
+    std::vector<Block> blocks(count);
+    auto* bytes = reinterpret_cast<unsigned char*>(blocks.data());
+    for (std::size_t i = 0; i < count * sizeof(Block); ++i) {
+        bytes[i] = static_cast<unsigned char>(engine());
+    }
+    for (Block& b : blocks) {
+        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
+            b.e = static_cast<std::uint8_t>(120 + engine() % 8);
+        } else if constexpr (std::is_same_v<Block, qk::block_q8_K>) {
+            b.d = 0.01f;
+        } else {
+            b.d = qk::fp32_to_fp16(0.01f);
+        }
+    }
+    return blocks;
+}
+
+class progress_line {
+public:
+    explicit progress_line(std::size_t total) : total_(total) {}
+    void step(const std::string& label)
+    {
+        fmt::print(stderr, "\r[{}/{}] {:<48}", ++done_, total_, label);
+        std::fflush(stderr);
+    }
+    ~progress_line() { fmt::print(stderr, "\r{:<64}\r", ""); }
+
+private:
+    std::size_t total_;
+    std::size_t done_ = 0;
+};
+
+std::vector<measurement> run_benchmarks(const bench_options& opt)
+{
+    constexpr std::size_t dot_values = 4096;
+    constexpr std::size_t rows = 14336;
+    constexpr std::size_t cols = 4096;
+    std::size_t tags = 0;
+    for_each_runnable_tag([&](auto) { ++tags; });
+    progress_line progress(opt.threads.size() * (1 + 4) + 4 * tags);
+
+    std::vector<measurement> results;
+    std::vector<double> bandwidth(opt.threads.size());
+    {
+        const std::vector<float> buffer = qk::backend::cpu::make_bandwidth_buffer();
+        for (std::size_t i = 0; i < opt.threads.size(); ++i) {
+            progress.step(fmt::format("streaming read, {} thread(s)", opt.threads[i]));
+            qk::backend::cpu::thread_pool pool(opt.threads[i]);
+            bandwidth[i] = qk::backend::cpu::measure_read_bandwidth(pool, buffer);
+            results.push_back({"read", "f32", "", opt.threads[i], 0.0, 0.0, bandwidth[i] / 1e9, 1.0});
+        }
+    }
+
+    const auto bench_format = [&]<class Block>(std::type_identity<Block>) {
+        if constexpr (qk::weight_format<Block>) {
+            using activation = typename qk::format_traits<Block>::vec_dot_type;
+            constexpr std::size_t size = qk::format_traits<Block>::block_size;
+            const std::string name(qk::format_traits<Block>::name);
+
+            const auto w = random_blocks<Block>(dot_values / size, 1);
+            const auto a = random_blocks<activation>(dot_values / qk::format_traits<activation>::block_size, 2);
+            for_each_runnable_tag([&]<class Tag>(Tag) {
+                progress.step(fmt::format("dot {} on {}", name, qk::arch::name<Tag>()));
+                float sink = 0.0f;
+                const double seconds = seconds_per_call([&] { sink += qk::dot<Block, Tag>(w, a); }, opt.seconds);
+                if (!std::isfinite(sink)) {
+                    fmt::print(stderr, "\n");
+                }
+                const double ns = seconds * 1e9;
+                results.push_back({"dot", name, qk::arch::name<Tag>(), 1, ns / static_cast<double>(w.size()),
+                                   ns / static_cast<double>(dot_values / 32), static_cast<double>(w.size() * sizeof(Block)) / seconds / 1e9, -1.0});
+            });
+
+            const auto matrix = random_blocks<Block>(rows * cols / size, 3);
+            std::vector<float> x(cols);
+            for (std::size_t i = 0; i < cols; ++i) {
+                x[i] = static_cast<float>(i % 17) - 8.0f;
+            }
+            std::vector<float> y(rows);
+            std::vector<activation> scratch(cols / qk::format_traits<activation>::block_size);
+            for (std::size_t i = 0; i < opt.threads.size(); ++i) {
+                qk::backend::cpu::thread_pool pool(opt.threads[i]);
+                qk::dispatch([&]<class Tag>(Tag) {
+                    progress.step(fmt::format("gemv {} on {}, {} thread(s)", name, qk::arch::name<Tag>(), opt.threads[i]));
+                    const double seconds = seconds_per_call(
+                        [&] { qk::gemv<Block, Tag>(matrix, rows, cols, x, y, pool, std::span<activation>(scratch)); }, 4 * opt.seconds);
+                    const double bytes_per_second = static_cast<double>(matrix.size() * sizeof(Block)) / seconds;
+                    results.push_back({"gemv", name, qk::arch::name<Tag>(), opt.threads[i],
+                                       seconds * 1e9 / static_cast<double>(matrix.size()), seconds * 1e9 / static_cast<double>(rows * cols / 32),
+                                       bytes_per_second / 1e9, bytes_per_second / bandwidth[i]});
+                });
+            }
+        }
+    };
+    for (qk::format f : qk::all_formats) {
+        qk::visit_format(f, bench_format);
+    }
+    return results;
+}
+
+void print_benchmarks(const std::vector<measurement>& results)
+{
+    fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8} {:>8}\n", "op", "format", "arch", "threads", "ns/block", "ns/32", "GB/s",
+               "% of bw");
+    for (const measurement& m : results) {
+        const std::string fraction = m.bandwidth_fraction >= 0 ? fmt::format("{:.1f}%", 100.0 * m.bandwidth_fraction) : "";
+        if (m.op == "read") {
+            fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8.2f} {:>8}\n", m.op, m.format, "streaming", m.threads, "", "", m.gb_per_s,
+                       "");
+        } else {
+            fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10.3f} {:>9.3f} {:>8.2f} {:>8}\n", m.op, m.format, m.arch, m.threads, m.ns_per_block,
+                       m.ns_per_32, m.gb_per_s, fraction);
+        }
+    }
+}
+
+void write_benchmarks_json(const std::string& path, const std::vector<measurement>& results)
+{
+    std::string text = "[\n";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const measurement& m = results[i];
+        if (m.op == "read") {
+            text += fmt::format(R"(  {{"op": "read", "threads": {}, "gb_per_s": {:.4f}}})", m.threads, m.gb_per_s);
+        } else {
+            text += fmt::format(R"(  {{"op": "{}", "format": "{}", "arch": "{}", "threads": {}, "ns_per_block": {:.4f}, "ns_per_32": {:.4f}, "gb_per_s": {:.4f})",
+                                m.op, m.format, m.arch, m.threads, m.ns_per_block, m.ns_per_32, m.gb_per_s);
+            text += m.op == "gemv" ? fmt::format(R"(, "bandwidth_fraction": {:.4f}}})", m.bandwidth_fraction) : std::string("}");
+        }
+        text += i + 1 < results.size() ? ",\n" : "\n";
+    }
+    text += "]\n";
+    write_file(path, std::span<const char>(text.data(), text.size()));
+}
+
 int main(int argc, char** argv)
 {
     CLI::App app{"qk: the qkern tool. Without a subcommand it runs `qk tour`.", "qk"};
@@ -651,6 +859,13 @@ int main(int argc, char** argv)
     quantize->add_option("--importance", quantize_opt.importance,
                          "raw float32 file of per-column importance weights, --cols of them (IQ4_NL, IQ4_XS only)");
 
+    bench_options bench_opt;
+    CLI::App* bench = app.add_subcommand("bench", "measure the kernels briefly: dot products in cache on every tag this CPU runs, "
+                                                  "mat-vec 14336 x 4096 against the streaming-read bandwidth");
+    bench->add_option("--json", bench_opt.json, "also write the measurements as a JSON array to this file");
+    bench->add_option("--seconds", bench_opt.seconds, "time budget of one dot measurement (mat-vec: 4x)")->check(CLI::Range(0.001, 10.0));
+    bench->add_option("--threads", bench_opt.threads, "thread counts for mat-vec and bandwidth")->check(CLI::Range(1, 1024));
+
     convert_options dequantize_opt;
     CLI::App* dequantize = add_convert_command(app, "dequantize", "dequantize a file of block rows to raw little-endian float32",
                                                dequantize_opt, "input file of blocks", "raw float32 output file");
@@ -664,6 +879,14 @@ int main(int argc, char** argv)
     try {
         if (app.got_subcommand(info)) {
             print_info();
+        } else if (app.got_subcommand(bench)) {
+            print_info();
+            const auto results = run_benchmarks(bench_opt);
+            fmt::print("\n");
+            print_benchmarks(results);
+            if (!bench_opt.json.empty()) {
+                write_benchmarks_json(bench_opt.json, results);
+            }
         } else if (app.got_subcommand(quantize)) {
             require_little_endian();
             qk::visit_format(qk::parse_format(quantize_opt.type),

@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qkern's build, tests, benchmarks and qk tool need.
-# Silent when everything is present. Usage: scripts/install-deps.sh [--ci]  (--ci adds clang)
+# Silent when everything is present. Usage: scripts/install-deps.sh [--ci] [--arm]
+#   --ci   adds clang
+#   --arm  adds the AArch64 cross build that runs under qemu-user (cmake/aarch64-linux-gnu.cmake):
+#          the cross g++, qemu-user, and the arm64 libfmt-dev (the tests link fmt) through Debian
+#          multiarch, which this enables for arm64 (dpkg --add-architecture) if needed
 set -euo pipefail
 
 packages=(cmake make g++ pkg-config libxsimd-dev libfmt-dev doctest-dev libbenchmark-dev libcli11-dev)
-case "${1-}" in
-    "") ;;
-    --ci) packages+=(clang) ;;
-    *) echo "usage: $0 [--ci]" >&2; exit 2 ;;
-esac
+for option in "$@"; do
+    case "$option" in
+        --ci) packages+=(clang) ;;
+        --arm) packages+=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libxsimd-dev:arm64) ;;
+        *) echo "usage: $0 [--ci] [--arm]" >&2; exit 2 ;;
+    esac
+done
+
+# A name without an architecture means the native one (or `all`). dpkg-query lists every
+# installed architecture of a multiarch package, one line each.
+native=$(dpkg --print-architecture)
+installed() {
+    local name=${1%%:*} arch=$native
+    [[ $1 == *:* ]] && arch=${1#*:}
+    dpkg-query -W -f='${Status} ${Architecture}\n' "$name" 2>/dev/null | grep -qE "^install ok installed ($arch|all)\$"
+}
 
 missing=()
+foreign=()
 for package in "${packages[@]}"; do
-    status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null) || true
-    [[ $status == "install ok installed" ]] || missing+=("$package")
+    installed "$package" && continue
+    missing+=("$package")
+    if [[ $package == *:* && ${package#*:} != "$native" ]]; then
+        foreign+=("${package#*:}")
+    fi
 done
 ((${#missing[@]} == 0)) && exit 0
 
@@ -25,6 +44,13 @@ if ((EUID != 0)); then
     fi
     as_root=(sudo)
 fi
+
+for arch in "${foreign[@]}"; do
+    if ! dpkg --print-foreign-architectures | grep -qxF "$arch"; then
+        echo "install-deps: enabling the $arch architecture (dpkg --add-architecture $arch)"
+        "${as_root[@]}" dpkg --add-architecture "$arch"
+    fi
+done
 
 echo "install-deps: installing ${missing[*]}"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null

@@ -7,6 +7,10 @@
 
 #include "arch.hpp"
 #include "dot/generic.hpp"
+#include "dot/sse4_2.hpp"
+#include "dot/avx2.hpp"
+#include "dot/avx512bw.hpp"
+#include "dot/neon64.hpp"
 #include "error.hpp"
 #include "formats.hpp"
 

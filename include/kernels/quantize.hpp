@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -15,6 +17,10 @@
 #include "arch.hpp"
 #include "formats.hpp"
 #include "quantize/generic.hpp"
+#include "quantize/sse4_2.hpp"
+#include "quantize/avx2.hpp"
+#include "quantize/avx512bw.hpp"
+#include "quantize/neon64.hpp"
 
 namespace qk {
 namespace detail {
@@ -59,22 +65,22 @@ void check_values(std::span<const float> x)
                                     std::is_same_v<Block, block_iq4_xs>;
     for (std::size_t b = 0; b < x.size() / size; ++b) {
         const float* block = x.data() + b * size;
-        float amax = 0.0f;
-        bool non_finite = false;
+        // max |x| as bits: an integer max that vectorizes; at least 0x7f800000 iff the block
+        // holds an infinity or a NaN.
+        std::int32_t magnitude = 0;
         for (std::size_t j = 0; j < size; ++j) {
-            const float a = std::fabs(block[j]);
-            non_finite = non_finite || !(a <= std::numeric_limits<float>::max());
-            amax = a > amax ? a : amax;
+            magnitude = std::max(magnitude, std::bit_cast<std::int32_t>(block[j]) & 0x7fffffff);
         }
-        if (non_finite) {
+        if (magnitude >= 0x7f800000) {
             const auto bad = std::find_if(block, block + size, [](float v) { return !std::isfinite(v); });
             fail("qk::quantize<", format_traits<Block>::name, ">: x[", static_cast<std::size_t>(bad - x.data()), "] is ", *bad,
                  "; only finite values can be quantized");
         }
+        const float amax = std::bit_cast<float>(magnitude);
         if constexpr (has_fp16_scale) {
             bool fits = true;
             if constexpr (std::is_same_v<Block, block_q8_0>) {
-                fits = is_finite_fp16(fp32_to_fp16(amax / 127.0f));
+                fits = amax / 127.0f < 65520.0f; // from 65520 up, fp16 rounds to infinity
             } else if (amax > 65504.0f) {
                 Block trial{};
                 reference::quantize(block, &trial, 1);

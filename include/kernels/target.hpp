@@ -17,10 +17,20 @@
 #if defined(__aarch64__) && defined(__GNUC__)
 #define QK_HAS_ARM_KERNELS 1
 #define QK_TARGET_NEON64
-#if defined(__clang__)
+// dotprod: where the flags already enable it, no attribute, so the kernels keep all of the user's
+// -march. Otherwise g++ needs the whole architecture named: its arm_neon.h declares vdotq_s32
+// under target("arch=armv8.2-a+dotprod"), which "+dotprod" on Armv8.0 does not satisfy ("inlining
+// failed ... target specific option mismatch"), and binutils assembles sdot only for Armv8.2.
+// arch= replaces the user's -march for these functions, so their helpers carry the same attribute
+// (a helper with the user's flags cannot be inlined into them when those name more than Armv8.2).
+// Clang adds the feature to the user's flags (clang before 16 then lacks vdotq_s32 itself: see
+// dot/neon64.hpp).
+#if defined(__ARM_FEATURE_DOTPROD)
+#define QK_TARGET_NEON64_DOTPROD
+#elif defined(__clang__)
 #define QK_TARGET_NEON64_DOTPROD __attribute__((target("dotprod")))
 #else
-#define QK_TARGET_NEON64_DOTPROD __attribute__((target("+dotprod")))
+#define QK_TARGET_NEON64_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 #else
 #define QK_HAS_ARM_KERNELS 0

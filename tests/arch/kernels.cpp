@@ -186,6 +186,61 @@ void check_quantizer_bytes()
     }
 }
 
+// One block of each quantizer edge case, placed after `before` ordinary blocks so that the cases
+// land at every position of a kernel's group of blocks: the largest magnitude reached by +m and
+// by -m in both orders (Q8_K keeps the first), +0 and -0 only, a single nonzero value, subnormals
+// only (scales that underflow: all-zero blocks), |x| <= 2^-121 (Q8_0's 1/d between 2^127 and
+// 2^128, still finite), exact rounding ties (Q8_0 half away from zero, Q8_K half to even), and
+// for Q8_K, whose float scale takes any finite input, values near the float maximum.
+template <class Block>
+std::vector<float> edge_blocks(std::size_t before, std::uint32_t seed)
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    constexpr bool is_q8_K = std::is_same_v<Block, qk::block_q8_K>;
+    std::vector<float> x = normal(before * size, 1.0f, seed);
+    const auto add = [&x](auto value) {
+        for (std::size_t j = 0; j < size; ++j) {
+            x.push_back(value(j));
+        }
+    };
+    const auto quarters = [](std::size_t j) { return 0.25f * static_cast<float>(j % 5) - 0.5f; };
+    add([&](std::size_t j) { return j == 3 ? 2.0f : j == size - 2 ? -2.0f : quarters(j); });
+    add([&](std::size_t j) { return j == 3 ? -2.0f : j == size - 2 ? 2.0f : quarters(j); });
+    add([](std::size_t j) { return j == 0 ? -3.0f : j == 1 ? 3.0f : 0.0f; });
+    add([](std::size_t j) { return j % 2 == 0 ? 0.0f : -0.0f; });
+    add([](std::size_t j) { return j == 5 ? -1e-3f : 0.0f; });
+    add([](std::size_t j) { return std::ldexp(static_cast<float>(static_cast<int>(j % 7) - 3), -149 + static_cast<int>(j % 20)); });
+    add([](std::size_t j) { return std::ldexp(static_cast<float>(static_cast<int>(j % 33) - 16), -125); });
+    add([](std::size_t j) { return std::ldexp(static_cast<float>(static_cast<int>(j % 33) - 16), -127); });
+    // Ties: the scale maps 127 (Q8_0) or -127 (Q8_K) to a unit step, so x.5 values are exact ties.
+    add([](std::size_t j) { return j == 0 ? (is_q8_K ? -127.0f : 127.0f) : static_cast<float>(static_cast<int>(j % 41) - 20) + 0.5f; });
+    if constexpr (is_q8_K) {
+        add([](std::size_t j) { return (j % 2 == 0 ? 1.0f : -1.0f) * 0x1.fffffep127f / static_cast<float>(1 + j % 3); });
+    }
+    return x;
+}
+
+template <class Block>
+void check_quantizer_edges()
+{
+    for (std::size_t before = 0; before < 9; ++before) {
+        const auto x = edge_blocks<Block>(before, static_cast<std::uint32_t>(300 + before));
+        const auto expected = qk::quantize<Block, qk::arch::generic>(std::span<const float>(x));
+        for (std::size_t offset : {0u, 1u, 3u}) {
+            std::vector<float> shifted(x.size() + offset);
+            std::copy(x.begin(), x.end(), shifted.begin() + static_cast<std::ptrdiff_t>(offset));
+            std::vector<Block> actual(expected.size());
+            qk::quantize<Block, tag>(std::span<const float>(shifted).subspan(offset), std::span<Block>(actual));
+            for (std::size_t b = 0; b < expected.size(); ++b) {
+                CAPTURE(before);
+                CAPTURE(offset);
+                CAPTURE(b);
+                CHECK(std::memcmp(&actual[b], &expected[b], sizeof(Block)) == 0);
+            }
+        }
+    }
+}
+
 } // namespace
 
 #define QK_TAG_NAME_STRING(x) #x
@@ -207,4 +262,10 @@ TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " write 
                    qk::block_q8_K)
 {
     check_quantizer_bytes<Block>();
+}
+
+TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " match the reference on edge cases", Block, qk::block_q8_0,
+                   qk::block_q8_K)
+{
+    check_quantizer_edges<Block>();
 }

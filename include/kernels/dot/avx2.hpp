@@ -1,0 +1,284 @@
+// The dot products on the AVX2 tag (with FMA and F16C, which every AVX2 CPU has): Q8_0, MXFP4 and
+// IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp; these overloads also serve the
+// AVX-512 tags (children of avx2) until those have faster ones, and are checked against dot/generic.hpp.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "../arch.hpp"
+#include "../e8m0.hpp"
+#include "../formats.hpp"
+#include "../target.hpp"
+#include "generic.hpp"
+
+#if QK_HAS_X86_KERNELS
+#include <immintrin.h>
+
+// Technique, shared by the four kernels: weights and activations are multiplied as int8 pairs with
+// vpmaddubsw, which needs one unsigned operand: |w| (up to 128 as an unsigned byte) times the
+// activation with w's sign moved onto it (vpsignb). Two adjacent products sum to at most
+// 2 * 128 * 127 < 2^15, so the int16 results are exact for any weight byte and any activation in
+// [-127, 127], the range of the Q8_0 and Q8_K quantizers. vpmaddwd then widens to int32: with
+// ones, or for IQ4_XS with the group multiplier ls - 32, so that a superblock's eight groups add up
+// in integers and are converted to float once. 4-bit codes are decoded with vpshufb through the
+// 16-entry value table. 32-value blocks go four at a time: their int32 lanes are folded pairwise
+// so that each lane holds an exact part of one block's sum, converted to float and multiplied by
+// that block's scale with FMA. The scales' fp16 bits are gathered with scalar loads (the integer
+// units are otherwise idle) and converted four at a time with F16C. A non-finite result (infinite
+// or NaN scales, overflow) is recomputed by the reference, so that inf and NaN come out as there.
+namespace qk::kernels::avx2_detail {
+
+// Helpers are templates on the calling tag, like the kernels, and always inlined into them.
+#define QK_AVX2_INLINE [[gnu::always_inline]] QK_TARGET_AVX2 inline
+
+template <class Arch>
+QK_AVX2_INLINE __m256i load32(const void* p) noexcept
+{
+    return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// The exact int16 pair sums of 32 int8 products w * a; w any int8, a in [-127, 127].
+template <class Arch>
+QK_AVX2_INLINE __m256i pair_sums(__m256i w, __m256i a) noexcept
+{
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+}
+
+// The exact int32 partial sums (8 lanes) of 32 int8 products w * a.
+template <class Arch>
+QK_AVX2_INLINE __m256i dot_i8(__m256i w, __m256i a) noexcept
+{
+    return _mm256_madd_epi16(pair_sums<Arch>(w, a), _mm256_set1_epi16(1));
+}
+
+// The 16-entry table in both 128-bit lanes.
+template <class Arch>
+QK_AVX2_INLINE __m256i table(const std::array<std::int8_t, 16>& values) noexcept
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values.data())));
+}
+
+// 32 4-bit codes (16 bytes: element j in the low nibble of byte j, element j + 16 in its high
+// nibble) decoded through `values` (table<Arch>()), in element order.
+template <class Arch>
+QK_AVX2_INLINE __m256i decode_nibbles(const std::uint8_t* codes, __m256i values) noexcept
+{
+    // Both lanes hold the 16 bytes; the upper one is shifted by 4 to bring the high nibbles down.
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+    const __m256i shifted = _mm256_srlv_epi64(bytes, _mm256_set_epi64x(4, 4, 0, 0));
+    return _mm256_shuffle_epi8(values, _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f)));
+}
+
+// The 16-bit scale bits `d` of four consecutive blocks, packed into 64 bits.
+template <class Arch, class Block>
+QK_AVX2_INLINE std::uint64_t scale_bits4(const Block* x) noexcept
+{
+    return std::uint64_t{x[0].d} | (std::uint64_t{x[1].d} << 16) | (std::uint64_t{x[2].d} << 32) | (std::uint64_t{x[3].d} << 48);
+}
+
+// The fp16 scales of four consecutive blocks as floats.
+template <class Arch, class Block>
+QK_AVX2_INLINE __m128 scales4(const Block* x) noexcept
+{
+    return _mm_cvtph_ps(_mm_set_epi64x(0, static_cast<long long>(scale_bits4<Arch>(x))));
+}
+
+template <class Arch>
+QK_AVX2_INLINE float half(std::uint16_t h) noexcept
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// acc0/acc1 += the four blocks' int32 partial sums s0..s3 times their scales d (lanes 0..3).
+// Folding s0 with s1 (and s2 with s3) leaves lanes [s0 s1 s0 s1 | s0 s1 s0 s1], each an exact
+// sum of 8 products, so the scales are d0 d1 d0 d1 in both halves.
+template <class Arch>
+QK_AVX2_INLINE void accumulate4(__m256& acc0, __m256& acc1, __m256i s0, __m256i s1, __m256i s2, __m256i s3, __m128 d) noexcept
+{
+    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(s0, s1), _mm256_unpackhi_epi32(s0, s1));
+    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(s2, s3), _mm256_unpackhi_epi32(s2, s3));
+    const __m256 dd = _mm256_set_m128(d, d);
+    acc0 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0x44), _mm256_cvtepi32_ps(s01), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xee), _mm256_cvtepi32_ps(s23), acc1);
+}
+
+// The sum of the 8 int32 lanes of s.
+template <class Arch>
+QK_AVX2_INLINE int reduce_i32(__m256i s) noexcept
+{
+    __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 1));
+    return _mm_cvtsi128_si32(v);
+}
+
+template <class Arch>
+QK_AVX2_INLINE float reduce_ps(__m256 v) noexcept
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+// Per group g of an IQ4_XS superblock, the bytes that broadcast its 16-bit multiplier (see
+// group_multipliers) to every 16-bit lane with vpshufb.
+alignas(32) inline constexpr std::array<std::array<std::int8_t, 32>, 8> group_broadcast = [] {
+    std::array<std::array<std::int8_t, 32>, 8> masks{};
+    for (std::size_t g = 0; g < 8; ++g) {
+        for (std::size_t j = 0; j < 32; ++j) {
+            masks[g][j] = static_cast<std::int8_t>(2 * g + j % 2);
+        }
+    }
+    return masks;
+}();
+
+// The eight multipliers ls - 32 of an IQ4_XS superblock as int16, in both 128-bit lanes.
+template <class Arch>
+QK_AVX2_INLINE __m256i group_multipliers(const block_iq4_xs& x) noexcept
+{
+    std::uint32_t low;
+    std::memcpy(&low, x.scales_l.data(), sizeof low);
+    const std::uint32_t high = x.scales_h;
+    // Lane g (32 bits): bits 0-3 of ls from nibble g of scales_l, bits 4-5 from bits 2g, 2g+1 of scales_h.
+    const __m256i nibbles = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(low)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256i highs = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(high << 4)), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    const __m256i ls = _mm256_or_si256(_mm256_and_si256(nibbles, _mm256_set1_epi32(0x0f)), _mm256_and_si256(highs, _mm256_set1_epi32(0x30)));
+    const __m256i multipliers = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+    // int16 [m0 m1 m2 m3 m0 m1 m2 m3 | m4 m5 m6 m7 m4 m5 m6 m7], then m0..m7 in both lanes.
+    return _mm256_permute4x64_epi64(_mm256_packs_epi32(multipliers, multipliers), 0x88);
+}
+
+// Group g of an IQ4_XS superblock (codes, q8: its qs arrays), with multipliers m
+// (group_multipliers): 8 int32 lanes that sum to (ls_g - 32) * the group's exact integer dot.
+template <class Arch>
+QK_AVX2_INLINE __m256i group_sum(const std::uint8_t* codes, const std::int8_t* q8, __m256i values, __m256i m, std::size_t g) noexcept
+{
+    const __m256i products = pair_sums<Arch>(decode_nibbles<Arch>(codes + 16 * g, values), load32<Arch>(q8 + 32 * g));
+    return _mm256_madd_epi16(products, _mm256_shuffle_epi8(m, load32<Arch>(group_broadcast[g].data())));
+}
+
+// The kernels' result when finite, else the reference's. Infinite or NaN scales, or overflow, give
+// a non-finite result, and whether inf or NaN can differ from the reference (inf * 0 is NaN, and
+// these kernels scale parts of a block's sum and add in another order). Such rows are recomputed
+// by the reference, once, outside the hot loop.
+template <class Arch, class Block, class Activation>
+QK_AVX2_INLINE float finite_or_reference(float sum, const Block* w, const Activation* a, std::size_t blocks) noexcept
+{
+    if (std::isfinite(sum)) [[likely]] {
+        return sum;
+    }
+    return dot<Arch>(w, a, blocks, arch::generic{});
+}
+
+#undef QK_AVX2_INLINE
+
+} // namespace qk::kernels::avx2_detail
+
+namespace qk::kernels {
+
+template <class Arch>
+QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
+{
+    namespace k = avx2_detail;
+    __m256 acc0 = _mm256_setzero_ps();
+    __m256 acc1 = _mm256_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 4 <= blocks; b += 4) {
+        const __m256i s0 = k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data()));
+        const __m256i s1 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 1].qs.data()), k::load32<Arch>(a[b + 1].qs.data()));
+        const __m256i s2 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 2].qs.data()), k::load32<Arch>(a[b + 2].qs.data()));
+        const __m256i s3 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 3].qs.data()), k::load32<Arch>(a[b + 3].qs.data()));
+        const __m128 d = _mm_mul_ps(k::scales4<Arch>(w + b), k::scales4<Arch>(a + b));
+        k::accumulate4<Arch>(acc0, acc1, s0, s1, s2, s3, d);
+    }
+    float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc0, acc1));
+    for (; b < blocks; ++b) {
+        const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data())));
+        sum += k::half<Arch>(w[b].d) * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
+    }
+    return k::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+template <class Arch>
+QK_TARGET_AVX2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
+{
+    namespace k = avx2_detail;
+    const __m256i values = k::table<Arch>(mxfp4_values);
+    const float* e8m0 = e8m0_half_table.data();
+    __m256 acc0 = _mm256_setzero_ps();
+    __m256 acc1 = _mm256_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 4 <= blocks; b += 4) {
+        const __m256i s0 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data()));
+        const __m256i s1 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 1].qs.data(), values), k::load32<Arch>(a[b + 1].qs.data()));
+        const __m256i s2 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 2].qs.data(), values), k::load32<Arch>(a[b + 2].qs.data()));
+        const __m256i s3 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 3].qs.data(), values), k::load32<Arch>(a[b + 3].qs.data()));
+        const __m128 scale_w = _mm_setr_ps(e8m0[w[b].e], e8m0[w[b + 1].e], e8m0[w[b + 2].e], e8m0[w[b + 3].e]);
+        k::accumulate4<Arch>(acc0, acc1, s0, s1, s2, s3, _mm_mul_ps(scale_w, k::scales4<Arch>(a + b)));
+    }
+    float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc0, acc1));
+    for (; b < blocks; ++b) {
+        const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data())));
+        sum += e8m0[w[b].e] * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
+    }
+    return k::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+template <class Arch>
+QK_TARGET_AVX2 float dot(const block_iq4_nl* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
+{
+    namespace k = avx2_detail;
+    const __m256i values = k::table<Arch>(iq4_values);
+    __m256 acc0 = _mm256_setzero_ps();
+    __m256 acc1 = _mm256_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 4 <= blocks; b += 4) {
+        const __m256i s0 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data()));
+        const __m256i s1 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 1].qs.data(), values), k::load32<Arch>(a[b + 1].qs.data()));
+        const __m256i s2 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 2].qs.data(), values), k::load32<Arch>(a[b + 2].qs.data()));
+        const __m256i s3 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 3].qs.data(), values), k::load32<Arch>(a[b + 3].qs.data()));
+        const __m128 d = _mm_mul_ps(k::scales4<Arch>(w + b), k::scales4<Arch>(a + b));
+        k::accumulate4<Arch>(acc0, acc1, s0, s1, s2, s3, d);
+    }
+    float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc0, acc1));
+    for (; b < blocks; ++b) {
+        const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data())));
+        sum += k::half<Arch>(w[b].d) * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
+    }
+    return k::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+template <class Arch>
+QK_TARGET_AVX2 float dot(const block_iq4_xs* w, const block_q8_K* a, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
+{
+    namespace k = avx2_detail;
+    const __m256i values = k::table<Arch>(iq4_values);
+    __m256 acc = _mm256_setzero_ps();
+    for (std::size_t b = 0; b < blocks; ++b) {
+        const __m256i m = k::group_multipliers<Arch>(w[b]);
+        const std::uint8_t* codes = w[b].qs.data();
+        const std::int8_t* q8 = a[b].qs.data();
+        // Each group's int32 lanes are below 2 * 2^15 * 32 = 2^21 in magnitude, so the sum of the
+        // eight groups is exact, and still exact when converted to float (below 2^24).
+        __m256i sum0 = k::group_sum<Arch>(codes, q8, values, m, 0);
+        __m256i sum1 = k::group_sum<Arch>(codes, q8, values, m, 1);
+        sum0 = _mm256_add_epi32(sum0, k::group_sum<Arch>(codes, q8, values, m, 2));
+        sum1 = _mm256_add_epi32(sum1, k::group_sum<Arch>(codes, q8, values, m, 3));
+        sum0 = _mm256_add_epi32(sum0, k::group_sum<Arch>(codes, q8, values, m, 4));
+        sum1 = _mm256_add_epi32(sum1, k::group_sum<Arch>(codes, q8, values, m, 5));
+        sum0 = _mm256_add_epi32(sum0, k::group_sum<Arch>(codes, q8, values, m, 6));
+        sum1 = _mm256_add_epi32(sum1, k::group_sum<Arch>(codes, q8, values, m, 7));
+        const __m256 scale = _mm256_set1_ps(k::half<Arch>(w[b].d) * a[b].d);
+        acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
+    }
+    return k::finite_or_reference<Arch>(k::reduce_ps<Arch>(acc), w, a, blocks);
+}
+
+} // namespace qk::kernels
+
+#endif // QK_HAS_X86_KERNELS

@@ -1,0 +1,179 @@
+// qk::gemv and qk::gemm: y = W·x and Y = W·X for a matrix W of quantized weights (any weight
+// format, row-major rows of blocks) and float activations, rows split across a CPU thread pool.
+// The activations are quantized once to the format's activation blocks; each output value is one
+// qk::dot kernel call, so results equal a loop of qk::dot over the rows bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../backends/cpu/thread_pool.hpp"
+#include "arch.hpp"
+#include "dot.hpp"
+#include "error.hpp"
+#include "formats.hpp"
+#include "quantize.hpp"
+
+namespace qk {
+
+// Blocks of scratch that gemv/gemm need for `columns` activation vectors of `cols` values.
+template <weight_format Block>
+[[nodiscard]] constexpr std::size_t gemm_scratch_blocks(std::size_t cols, std::size_t columns = 1) noexcept
+{
+    return cols / format_traits<Block>::block_size * columns;
+}
+
+namespace detail {
+
+// The checked shape of one gemm call.
+struct gemm_shape {
+    std::size_t rows;
+    std::size_t columns;
+    std::size_t blocks_per_row;
+};
+
+// Which entry point is checking: messages name the arguments that function has (gemv has no
+// columns argument).
+enum class gemm_entry { gemv, gemm };
+
+// Checks every size against the shape before anything is written, so that a qk::error leaves
+// y (and scratch) untouched.
+template <class Block>
+gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, std::size_t cols, std::size_t columns, std::size_t x_values,
+                      std::size_t y_values, std::size_t scratch_blocks)
+{
+    using activation = typename format_traits<Block>::vec_dot_type;
+    constexpr std::size_t block_size = format_traits<Block>::block_size;
+    static_assert(format_traits<activation>::block_size == block_size, "a weight block pairs with one activation block");
+    constexpr std::string_view name = format_traits<Block>::name;
+    const bool is_gemv = entry == gemm_entry::gemv;
+    const char* function = is_gemv ? "qk::gemv" : "qk::gemm";
+    // A product that overflows cannot be any span's size.
+    const auto overflows = [](std::size_t a, std::size_t b) { return a != 0 && b > std::numeric_limits<std::size_t>::max() / a; };
+    const auto matches = [&](std::size_t size, std::size_t a, std::size_t b) { return !overflows(a, b) && size == a * b; };
+    const auto needed = [&](std::size_t a, std::size_t b) {
+        return overflows(a, b) ? std::string("more than SIZE_MAX") : std::to_string(a * b);
+    };
+
+    if (cols % block_size != 0) {
+        fail(function, '<', name, ">: cols is ", cols, ", not a multiple of the block size ", block_size);
+    }
+    if (columns == 0) {
+        fail(function, '<', name, ">: columns is 0; there must be at least one activation vector");
+    }
+    const std::size_t blocks_per_row = cols / block_size;
+    if (!matches(w_blocks, rows, blocks_per_row)) {
+        fail(function, '<', name, ">: w has ", w_blocks, " blocks but rows ", rows, " x cols ", cols, " make ",
+             needed(rows, blocks_per_row), " (", blocks_per_row, " per row)");
+    }
+    if (!matches(x_values, columns, cols)) {
+        if (is_gemv) {
+            fail(function, '<', name, ">: x has ", x_values, " values but cols is ", cols);
+        }
+        fail(function, '<', name, ">: x has ", x_values, " values but columns ", columns, " x cols ", cols, " make ",
+             needed(columns, cols));
+    }
+    if (!matches(y_values, columns, rows)) {
+        if (is_gemv) {
+            fail(function, '<', name, ">: y has ", y_values, " values but rows is ", rows);
+        }
+        fail(function, '<', name, ">: y has ", y_values, " values but columns ", columns, " x rows ", rows, " make ",
+             needed(columns, rows));
+    }
+    // columns * cols fits (x has that size), so this smaller product does too.
+    const std::size_t scratch_needed = columns * blocks_per_row;
+    if (scratch_blocks < scratch_needed) {
+        fail(function, '<', name, ">: scratch has ", scratch_blocks, ' ', format_traits<activation>::name, " blocks but x needs ",
+             scratch_needed, is_gemv ? " (cols " : " (columns x cols ", is_gemv ? cols : columns * cols, " / ", block_size, ')');
+    }
+    return {rows, columns, blocks_per_row};
+}
+
+// Rows go to tasks in contiguous chunks, several chunks per thread: the pool hands tasks out
+// as threads free up, which evens out threads that the OS preempts on a busy machine, while
+// each chunk is still long enough for the hardware prefetchers to stream it.
+inline constexpr std::size_t gemm_tasks_per_thread = 4;
+
+template <class Block, class Arch>
+void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float> x, float* y, backend::cpu::thread_pool& pool,
+                  typename format_traits<Block>::vec_dot_type* scratch)
+{
+    using activation = typename format_traits<Block>::vec_dot_type;
+    const std::size_t cols = shape.blocks_per_row * format_traits<Block>::block_size;
+    for (std::size_t c = 0; c < shape.columns; ++c) {
+        quantize<activation, Arch>(x.subspan(c * cols, cols),
+                                   std::span<activation>(scratch + c * shape.blocks_per_row, shape.blocks_per_row));
+    }
+    if (shape.rows == 0) {
+        return;
+    }
+    const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
+    const std::size_t rows_per_task = (shape.rows + chunks - 1) / chunks;
+    const std::size_t tasks = (shape.rows + rows_per_task - 1) / rows_per_task;
+    pool.run(tasks, [&](std::size_t task) {
+        const std::size_t begin = task * rows_per_task;
+        const std::size_t end = begin + rows_per_task < shape.rows ? begin + rows_per_task : shape.rows;
+        for (std::size_t r = begin; r < end; ++r) {
+            // The row stays in L1 while every column uses it: weights are read from memory once.
+            const Block* row = w + r * shape.blocks_per_row;
+            for (std::size_t c = 0; c < shape.columns; ++c) {
+                y[c * shape.rows + r] = kernels::dot<Arch>(row, scratch + c * shape.blocks_per_row, shape.blocks_per_row, Arch{});
+            }
+        }
+    });
+}
+
+} // namespace detail
+
+// Y = W·X for `columns` activation vectors at once (prompt processing): W is `rows` rows of
+// `cols` values (rows * cols / block_size blocks, row-major), X is column-major
+// (x[c * cols + i]) and so is Y (y[c * rows + r]). Each weight row is read once for all columns.
+// scratch holds the quantized X: at least gemm_scratch_blocks<Block>(cols, columns) blocks, its
+// contents afterwards unspecified. x must be finite (quantize's check). On a qk::error (a bad
+// shape, a non-finite x, a pool already running) y is untouched.
+template <weight_format Block, class Arch = arch::native>
+void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x, std::span<float> y,
+          backend::cpu::thread_pool& pool, std::span<typename format_traits<Block>::vec_dot_type> scratch)
+{
+    const auto shape =
+        detail::check_gemm<Block>(detail::gemm_entry::gemm, w.size(), rows, cols, columns, x.size(), y.size(), scratch.size());
+    detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
+}
+
+// As above, with scratch allocated for this call.
+template <weight_format Block, class Arch = arch::native>
+void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x, std::span<float> y,
+          backend::cpu::thread_pool& pool)
+{
+    const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemm, w.size(), rows, cols, columns, x.size(), y.size(),
+                                                 std::numeric_limits<std::size_t>::max());
+    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.columns * shape.blocks_per_row);
+    detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
+}
+
+// y = W·x: x holds cols values, y rows values; otherwise as gemm with one column. scratch (at
+// least gemm_scratch_blocks<Block>(cols) blocks) keeps the hot call free of allocation.
+template <weight_format Block, class Arch = arch::native>
+void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::span<const float> x, std::span<float> y,
+          backend::cpu::thread_pool& pool, std::span<typename format_traits<Block>::vec_dot_type> scratch)
+{
+    const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, x.size(), y.size(), scratch.size());
+    detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
+}
+
+// As above, with scratch allocated for this call.
+template <weight_format Block, class Arch = arch::native>
+void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::span<const float> x, std::span<float> y,
+          backend::cpu::thread_pool& pool)
+{
+    const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, x.size(), y.size(),
+                                                 std::numeric_limits<std::size_t>::max());
+    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.blocks_per_row);
+    detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
+}
+
+} // namespace qk

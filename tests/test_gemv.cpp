@@ -1,0 +1,369 @@
+// qk::gemv and qk::gemm against a loop of qk::dot over the rows on the same quantized activations
+// (bit for bit: each output is the same kernel call), for every weight format, shape and thread
+// count; and the CPU thread pool they run on: every task once, exceptions, misuse, reuse.
+#include <doctest/doctest.h>
+
+#include <kernels/gemv.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "test_support.hpp"
+
+using namespace qk_test;
+using qk::backend::cpu::thread_pool;
+
+namespace {
+
+constexpr std::size_t thread_counts[] = {1, 2, 3, 7}; // 7: more threads than cores and than some matrices' rows
+constexpr std::size_t row_counts[] = {1, 3, 64, 257};
+constexpr std::size_t max_cols = 4096;
+
+// Random blocks with finite, realistic scales. Quantizing a 257 x 4096 matrix with the IQ4
+// search takes about a second per format, far beyond this suite's budget, and gemv's result is
+// defined for any valid block, not only for blocks a quantizer would choose.
+template <class Block>
+std::vector<Block> random_blocks(std::size_t count, std::uint32_t seed)
+{
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+    std::vector<Block> blocks(count);
+    for (auto& block : blocks) {
+        auto* raw = reinterpret_cast<unsigned char*>(&block);
+        for (std::size_t i = 0; i < sizeof(Block); i += 8) {
+            const std::uint64_t word = rng();
+            std::memcpy(raw + i, &word, std::min<std::size_t>(8, sizeof(Block) - i));
+        }
+        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
+            block.e = static_cast<std::uint8_t>(118 + rng() % 16); // 2^-9 .. 2^6, halved
+        } else {
+            block.d = qk::fp32_to_fp16(scale(rng));
+        }
+        if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
+            for (auto& q : block.qs) {
+                q = static_cast<std::int8_t>(std::max<int>(q, -127)); // the quantizer's range
+            }
+        }
+    }
+    return blocks;
+}
+
+// One weight matrix per format, as large as the largest shape; smaller shapes use a prefix of
+// its blocks (any whole number of rows of blocks is a matrix).
+template <class Block>
+const std::vector<Block>& weights()
+{
+    static const auto blocks = random_blocks<Block>(row_counts[3] * max_cols / qk::format_traits<Block>::block_size, 7);
+    return blocks;
+}
+
+template <class Block>
+std::vector<std::size_t> col_counts()
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    return {size, 3 * size, 1024, max_cols};
+}
+
+// y filled with a NaN whose bits no kernel produces, so an unwritten or rewritten value shows.
+constexpr std::uint32_t sentinel_bits = 0x7fc0dead;
+
+std::vector<float> sentinel_filled(std::size_t n)
+{
+    return std::vector<float>(n, std::bit_cast<float>(sentinel_bits));
+}
+
+bool all_sentinel(const std::vector<float>& y)
+{
+    return std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == sentinel_bits; });
+}
+
+// The definition gemv must equal: x quantized on the same tag, then qk::dot per row.
+template <class Block, class Arch>
+std::vector<float> dot_per_row(std::span<const Block> w, std::size_t rows, std::size_t cols, std::span<const float> x)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const auto a = qk::quantize<activation, Arch>(x);
+    const std::size_t blocks_per_row = cols / qk::format_traits<Block>::block_size;
+    std::vector<float> y(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+        y[r] = qk::dot<Block, Arch>(w.subspan(r * blocks_per_row, blocks_per_row), a);
+    }
+    return y;
+}
+
+std::size_t count_bit_differences(const std::vector<float>& a, const std::vector<float>& b)
+{
+    REQUIRE(a.size() == b.size());
+    std::size_t differences = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        differences += bits(a[i]) != bits(b[i]);
+    }
+    return differences;
+}
+
+// One pool per thread count, each reused for every shape: reuse across calls is part of the test.
+std::vector<std::unique_ptr<thread_pool>> make_pools()
+{
+    std::vector<std::unique_ptr<thread_pool>> pools;
+    for (std::size_t threads : thread_counts) {
+        pools.push_back(std::make_unique<thread_pool>(threads));
+    }
+    return pools;
+}
+
+template <class Block, class Arch>
+void check_gemv_equals_dot_per_row()
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const auto& all = weights<Block>();
+    const auto pools = make_pools();
+    std::vector<activation> scratch(qk::gemm_scratch_blocks<Block>(max_cols));
+    for (std::size_t rows : row_counts) {
+        for (std::size_t cols : col_counts<Block>()) {
+            CAPTURE(rows);
+            CAPTURE(cols);
+            const std::span<const Block> w(all.data(), rows * qk::gemm_scratch_blocks<Block>(cols));
+            const auto x = normal(cols, 1.0f, static_cast<std::uint32_t>(rows * 7919 + cols));
+            const auto expected = dot_per_row<Block, Arch>(w, rows, cols, x);
+            for (const auto& pool : pools) {
+                CAPTURE(pool->size());
+                auto y = sentinel_filled(rows);
+                qk::gemv<Block, Arch>(w, rows, cols, x, y, *pool, scratch);
+                CHECK(count_bit_differences(y, expected) == 0);
+            }
+            auto allocating = sentinel_filled(rows);
+            qk::gemv<Block, Arch>(w, rows, cols, x, allocating, *pools.back());
+            CHECK(count_bit_differences(allocating, expected) == 0);
+        }
+    }
+}
+
+template <class Block, class Arch>
+void check_gemm_equals_gemv_per_column()
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const auto& all = weights<Block>();
+    const auto pools = make_pools();
+    const std::size_t cols = 1024;
+    for (std::size_t columns : {1u, 2u, 5u}) {
+        for (std::size_t rows : {3u, 257u}) {
+            CAPTURE(columns);
+            CAPTURE(rows);
+            const std::span<const Block> w(all.data(), rows * qk::gemm_scratch_blocks<Block>(cols));
+            const auto x = normal(columns * cols, 1.0f, static_cast<std::uint32_t>(columns * 31 + rows));
+            std::vector<float> per_column(columns * rows);
+            for (std::size_t c = 0; c < columns; ++c) {
+                qk::gemv<Block, Arch>(w, rows, cols, std::span<const float>(x).subspan(c * cols, cols),
+                                      std::span<float>(per_column).subspan(c * rows, rows), *pools.front());
+            }
+            std::vector<activation> scratch(qk::gemm_scratch_blocks<Block>(cols, columns));
+            for (const auto& pool : pools) {
+                CAPTURE(pool->size());
+                auto y = sentinel_filled(columns * rows);
+                qk::gemm<Block, Arch>(w, rows, cols, columns, x, y, *pool, scratch);
+                CHECK(count_bit_differences(y, per_column) == 0);
+            }
+            auto allocating = sentinel_filled(columns * rows);
+            qk::gemm<Block, Arch>(w, rows, cols, columns, x, allocating, *pools.back());
+            CHECK(count_bit_differences(allocating, per_column) == 0);
+        }
+    }
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("gemv equals qk::dot row by row, bit for bit, on every shape and thread count", Block, qk::block_q8_0,
+                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    check_gemv_equals_dot_per_row<Block, qk::arch::native>();
+    // The tag a portable binary picks at run time, which is a SIMD tag even without -march.
+    qk::dispatch([]<class Tag>(Tag) { check_gemv_equals_dot_per_row<Block, Tag>(); });
+}
+
+TEST_CASE_TEMPLATE("gemv with several columns (gemm) equals gemv column by column, bit for bit", Block, qk::block_q8_0,
+                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    check_gemm_equals_gemv_per_column<Block, qk::arch::native>();
+    qk::dispatch([]<class Tag>(Tag) { check_gemm_equals_gemv_per_column<Block, Tag>(); });
+}
+
+TEST_CASE("gemv on a pool reused for many calls gives the same bits every time")
+{
+    using Block = qk::block_q8_0;
+    const std::size_t rows = 64;
+    const std::size_t cols = 512;
+    const std::span<const Block> w(weights<Block>().data(), rows * cols / 32);
+    const auto x = normal(cols, 1.0f, 3);
+    const auto expected = dot_per_row<Block, qk::arch::native>(w, rows, cols, x);
+    thread_pool pool(3);
+    std::vector<qk::block_q8_0> scratch(qk::gemm_scratch_blocks<Block>(cols));
+    std::size_t failures = 0;
+    for (int call = 0; call < 200; ++call) {
+        auto y = sentinel_filled(rows);
+        qk::gemv<Block>(w, rows, cols, x, y, pool, scratch);
+        failures += count_bit_differences(y, expected) != 0;
+    }
+    CHECK(failures == 0);
+}
+
+TEST_CASE("gemv edge shapes: no rows writes nothing, no columns of W gives zeros")
+{
+    using Block = qk::block_q8_0;
+    thread_pool pool(2);
+    std::vector<float> empty;
+    qk::gemv<Block>(std::span<const Block>(), 0, 64, normal(64, 1.0f, 1), empty, pool);
+    auto y = sentinel_filled(3);
+    qk::gemv<Block>(std::span<const Block>(), 3, 0, std::span<const float>(), y, pool);
+    CHECK(std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == 0; }));
+}
+
+TEST_CASE_TEMPLATE("gemv and gemm reject bad shapes with a qk::error naming the values, y untouched", Block, qk::block_q8_0,
+                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    const std::size_t rows = 3;
+    const std::size_t cols = 2 * size;
+    const std::string name(qk::format_traits<Block>::name);
+    const std::span<const Block> w(weights<Block>().data(), rows * 2);
+    const auto x = normal(2 * cols, 1.0f, 11);
+    const std::span<const float> x1 = std::span<const float>(x).first(cols);
+    std::vector<activation> scratch(4);
+    thread_pool pool(2);
+    auto y = sentinel_filled(2 * rows);
+    const std::span<float> y1 = std::span<float>(y).first(rows);
+    const std::span<activation> scratch1 = std::span<activation>(scratch).first(2);
+
+    const auto rejects = [&](auto&& call, const std::string& message) {
+        CAPTURE(message);
+        CHECK_THROWS_WITH_AS(call(), doctest::Contains(message.c_str()), qk::error);
+        CHECK(all_sentinel(y));
+    };
+    rejects([&] { qk::gemv<Block>(w, rows, cols + 1, x1, y1, pool, scratch1); },
+            "qk::gemv<" + name + ">: cols is " + std::to_string(cols + 1) + ", not a multiple of the block size " + std::to_string(size));
+    rejects([&] { qk::gemv<Block>(w.first(5), rows, cols, x1, y1, pool, scratch1); },
+            "w has 5 blocks but rows 3 x cols " + std::to_string(cols) + " make 6");
+    rejects([&] { qk::gemv<Block>(w, rows, cols, x1.first(cols - 1), y1, pool, scratch1); },
+            "x has " + std::to_string(cols - 1) + " values but cols is " + std::to_string(cols));
+    rejects([&] { qk::gemv<Block>(w, rows, cols, x1, y1.first(2), pool, scratch1); }, "y has 2 values but rows is 3");
+    rejects([&] { qk::gemv<Block>(w, rows, cols, x1, y1, pool, scratch1.first(1)); },
+            "scratch has 1 " + std::string(qk::format_traits<activation>::name) + " blocks but x needs 2");
+    rejects([&] { qk::gemv<Block>(w, std::numeric_limits<std::size_t>::max(), cols, x1, y1, pool); }, "make more than SIZE_MAX");
+
+    rejects([&] { qk::gemm<Block>(w, rows, cols, 0, x, y, pool, scratch); }, "qk::gemm<" + name + ">: columns is 0");
+    rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x1, y, pool, scratch); },
+            "x has " + std::to_string(cols) + " values but columns 2 x cols " + std::to_string(cols) + " make " + std::to_string(2 * cols));
+    rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x, y1, pool, scratch); }, "y has 3 values but columns 2 x rows 3 make 6");
+    rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x, y, pool, scratch1); }, "scratch has 2");
+
+    // Activations that cannot be quantized are quantize's error, still before y is written.
+    auto bad_x = normal(cols, 1.0f, 12);
+    bad_x[cols - 1] = std::numeric_limits<float>::infinity();
+    rejects([&] { qk::gemv<Block>(w, rows, cols, bad_x, y1, pool, scratch1); }, "is inf");
+
+    // The valid call, for contrast: same arguments, y written.
+    qk::gemv<Block>(w, rows, cols, x1, y1, pool, scratch1);
+    CHECK(count_bit_differences(std::vector<float>(y1.begin(), y1.end()), dot_per_row<Block, qk::arch::native>(w, rows, cols, x1)) == 0);
+}
+
+TEST_CASE("thread_pool(0) is a qk::error naming the argument")
+{
+    CHECK_THROWS_WITH_AS(thread_pool(0), doctest::Contains("threads is 0"), qk::error);
+    CHECK(thread_pool(1).size() == 1);
+    CHECK(thread_pool(7).size() == 7);
+}
+
+TEST_CASE("thread_pool runs every task exactly once, for any task count, across many runs")
+{
+    for (std::size_t threads : thread_counts) {
+        thread_pool pool(threads);
+        for (std::size_t tasks : {0u, 1u, 2u, 3u, 7u, 100u}) {
+            CAPTURE(threads);
+            CAPTURE(tasks);
+            std::vector<std::atomic<int>> calls(tasks);
+            std::size_t wrong = 0;
+            for (int repeat = 0; repeat < 50; ++repeat) {
+                for (auto& c : calls) {
+                    c.store(0);
+                }
+                pool.run(tasks, [&](std::size_t task) { calls[task].fetch_add(1, std::memory_order_relaxed); });
+                wrong += static_cast<std::size_t>(std::count_if(calls.begin(), calls.end(), [](const auto& c) { return c.load() != 1; }));
+            }
+            CHECK(wrong == 0);
+        }
+    }
+}
+
+TEST_CASE("thread_pool runs size() tasks on size() distinct threads at once, the caller among them")
+{
+    for (std::size_t threads : thread_counts) {
+        CAPTURE(threads);
+        thread_pool pool(threads);
+        std::mutex mutex;
+        std::condition_variable all_arrived;
+        std::size_t arrived = 0;
+        bool timed_out = false;
+        std::set<std::thread::id> ids;
+        // Each task waits until every task has started: only size() threads running at once can
+        // get past it. The timeout turns a pool that cannot into a failure instead of a hang.
+        pool.run(threads, [&](std::size_t) {
+            std::unique_lock lock(mutex);
+            ids.insert(std::this_thread::get_id());
+            if (++arrived == threads) {
+                all_arrived.notify_all();
+            }
+            if (!all_arrived.wait_for(lock, std::chrono::seconds(20), [&] { return arrived == threads; })) {
+                timed_out = true;
+            }
+        });
+        CHECK_FALSE(timed_out);
+        CHECK(ids.size() == threads);
+        CHECK(ids.count(std::this_thread::get_id()) == 1);
+    }
+}
+
+TEST_CASE("thread_pool rethrows a task's exception after every task ran, and stays usable")
+{
+    for (std::size_t threads : thread_counts) {
+        CAPTURE(threads);
+        thread_pool pool(threads);
+        std::atomic<int> ran{0};
+        const auto run_with_failures = [&] {
+            pool.run(100, [&](std::size_t task) {
+                ran.fetch_add(1, std::memory_order_relaxed);
+                if (task == 10 || task == 50) {
+                    throw std::runtime_error("task " + std::to_string(task) + " failed");
+                }
+            });
+        };
+        CHECK_THROWS_WITH_AS(run_with_failures(), doctest::Contains(" failed"), std::runtime_error);
+        CHECK(ran.load() == 100);
+
+        std::atomic<int> after{0};
+        pool.run(10, [&](std::size_t) { after.fetch_add(1, std::memory_order_relaxed); });
+        CHECK(after.load() == 10);
+    }
+}
+
+TEST_CASE("thread_pool::run from inside one of its own tasks is a qk::error, not a deadlock")
+{
+    for (std::size_t threads : thread_counts) {
+        CAPTURE(threads);
+        thread_pool pool(threads);
+        const auto nested = [&] { pool.run(4, [&](std::size_t) { pool.run(2, [](std::size_t) {}); }); };
+        CHECK_THROWS_WITH_AS(nested(), doctest::Contains("while a run of the same pool is in progress"), qk::error);
+        std::atomic<int> after{0};
+        pool.run(5, [&](std::size_t) { after.fetch_add(1, std::memory_order_relaxed); });
+        CHECK(after.load() == 5);
+    }
+}
