@@ -7,6 +7,8 @@
 #define QKERN_VERSION_MINOR 1
 #define QKERN_VERSION_PATCH 0
 
+#include "backends/cpu/read_bandwidth.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "kernels/arch.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/dispatch.hpp"
@@ -15,4 +17,5 @@
 #include "kernels/error.hpp"
 #include "kernels/formats.hpp"
 #include "kernels/fp16.hpp"
+#include "kernels/gemv.hpp"
 #include "kernels/quantize.hpp"

@@ -30,19 +30,27 @@ std::vector<float> normal(std::size_t n, float scale, std::uint32_t seed)
     return x;
 }
 
-// A copy of `blocks` starting `offset` bytes past an aligned address, so kernels meet every
-// alignment a GGUF file mapped into memory can give them.
+// A copy of `blocks` starting `offset` units of the block's own alignment past a 64-byte boundary,
+// so kernels meet every placement relative to vector registers that a GGUF file mapped into
+// memory can give them (the blocks' members stay naturally aligned, as in a file).
 template <class Block>
 class unaligned_copy {
 public:
     unaligned_copy(const std::vector<Block>& blocks, std::size_t offset)
-        : storage_(new std::uint8_t[blocks.size() * sizeof(Block) + 64]), data_(storage_.get() + offset), size_(blocks.size())
+        : storage_(new std::uint8_t[blocks.size() * sizeof(Block) + 64 * alignof(Block) + 64]),
+          data_(aligned_start() + offset * alignof(Block)), size_(blocks.size())
     {
         std::memcpy(data_, blocks.data(), blocks.size() * sizeof(Block));
     }
     std::span<const Block> span() const { return {reinterpret_cast<const Block*>(data_), size_}; }
 
 private:
+    std::uint8_t* aligned_start() const
+    {
+        const auto address = reinterpret_cast<std::uintptr_t>(storage_.get());
+        return storage_.get() + (64 - address % 64) % 64;
+    }
+
     std::unique_ptr<std::uint8_t[]> storage_;
     std::uint8_t* data_;
     std::size_t size_;

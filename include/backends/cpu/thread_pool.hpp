@@ -64,7 +64,7 @@ public:
         }
         if (busy_.exchange(true, std::memory_order_acquire)) {
             qk::detail::fail("qk::backend::cpu::thread_pool::run: called while a run of the same pool is in progress (", tasks,
-                         " tasks); a pool serves one caller at a time and a task must not run on its own pool");
+                             " tasks); a pool serves one caller at a time and a task must not run on its own pool");
         }
         const release_on_exit release{busy_};
 
