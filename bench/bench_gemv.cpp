@@ -7,6 +7,7 @@
 
 #include <kernels/dispatch.hpp>
 #include <kernels/gemv.hpp>
+#include <backends/cpu/read_bandwidth.hpp>
 
 #include <algorithm>
 #include <array>
@@ -51,51 +52,16 @@ const std::vector<float>& stream_array()
     return values;
 }
 
-float sum_portable(const float* p, std::size_t n)
-{
-    float sum = 0.0f;
-    for (std::size_t i = 0; i < n; ++i) {
-        sum += p[i];
-    }
-    return sum;
-}
-
-#if QK_HAS_X86_KERNELS
-// Eight independent accumulators hide the add latency, so the loads are the only limit.
-QK_TARGET_AVX2 float sum_avx2(const float* p, std::size_t n)
-{
-    __m256 acc[8];
-    for (auto& a : acc) {
-        a = _mm256_setzero_ps();
-    }
-    std::size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        for (int k = 0; k < 8; ++k) {
-            acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(p + i + 8 * k));
-        }
-    }
-    for (int k = 1; k < 8; ++k) {
-        acc[0] = _mm256_add_ps(acc[0], acc[k]);
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc[0]);
-    float sum = sum_portable(p + i, n - i);
-    for (float lane : lanes) {
-        sum += lane;
-    }
-    return sum;
-}
-#endif
-
+// The loops of qk::backend::cpu::measure_read_bandwidth, timed here by Google Benchmark.
 float sum(const float* p, std::size_t n)
 {
 #if QK_HAS_X86_KERNELS
     static const bool has_avx2 = qk::runs<qk::arch::avx2>(qk::running_cpu());
     if (has_avx2) {
-        return sum_avx2(p, n);
+        return qk::backend::cpu::detail::sum_avx2(p, n);
     }
 #endif
-    return sum_portable(p, n);
+    return qk::backend::cpu::detail::sum_portable(p, n);
 }
 
 // Reads the whole array once, split into one contiguous part per thread.
