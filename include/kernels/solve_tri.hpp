@@ -1,0 +1,421 @@
+// qk::solve_tri: batched triangular solves A X = B or X A = B, A lower or upper triangular, with
+// a stored or unit diagonal, in float or double, on contiguous ggml-layout buffers or strided 4-D
+// views (A may be broadcast across batches), single-threaded or on a CPU thread pool.
+//
+// Every variant is reduced to one: a forward substitution L' X' = B' with L' lower triangular,
+// where reversing the row order turns "upper" into "lower" and transposing turns a right solve
+// into a left one. A and B are packed into that form (padded to whole register tiles, the
+// diagonal inverted once), solved by kernels/solve_tri/tile.hpp, and X' is unpacked into X. So
+// X may be B itself: each task reads its part of B completely before it writes that part of X.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "../backends/cpu/thread_pool.hpp"
+#include "arch.hpp"
+#include "error.hpp"
+#include "solve_tri/tile.hpp"
+#include "tensor_view.hpp"
+
+namespace qk {
+
+// Which system to solve. The default, A X = B with A lower triangular and its stored diagonal, is
+// ggml's GGML_OP_SOLVE_TRI. The triangle that is not selected is never read, nor is the diagonal
+// when `unit` is set (it is taken as all ones).
+struct tri_options {
+    bool left = true;  // A X = B; false: X A = B
+    bool lower = true; // A is lower triangular; false: upper
+    bool unit = false; // A has a unit diagonal
+};
+
+template <class T>
+concept solve_tri_value = std::same_as<T, float> || std::same_as<T, double>;
+
+namespace arch {
+
+// The tag qk::solve_tri uses by default: qk::arch::native, or where the flags name no qkern tag
+// (a baseline x86-64 build), the SIMD that every such CPU has (SSE2), since these kernels are
+// plain xsimd arithmetic and need nothing newer. A tag named explicitly must be enabled by the
+// compiler flags (xsimd provides its vectors only then); generic is the scalar reference.
+#if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
+using solve_tri_native = generic;
+#else
+using solve_tri_native = std::conditional_t<std::is_same_v<native, generic>, xsimd::default_arch, native>;
+#endif
+
+} // namespace arch
+
+namespace detail {
+
+// qkern's own tags map to the xsimd tag whose vectors they use.
+template <class Tag>
+struct xsimd_arch_of {
+    using type = Tag;
+};
+template <>
+struct xsimd_arch_of<arch::avx512vnni> {
+    using type = xsimd::avx512bw;
+};
+template <>
+struct xsimd_arch_of<arch::neon64_dotprod> {
+    using type = xsimd::neon64;
+};
+
+// The checked shape of one solve, and how its variant maps onto the canonical lower solve.
+struct tri_problem {
+    std::int64_t n;        // order of A
+    std::int64_t k;        // right-hand sides
+    std::int64_t batch2;   // B's batch dimensions
+    std::int64_t batch3;
+    std::int64_t repeat2;  // B batches per A batch along dimensions 2 and 3 (broadcast)
+    std::int64_t repeat3;
+    bool reversed;         // row order reversed (upper left solves, lower right solves)
+    bool transposed;       // right solve: A transposed
+    bool unit;
+};
+
+inline const char* tri_variant_name(const tri_options& opt) noexcept
+{
+    static constexpr const char* names[2][2][2] = {
+        {{"right, upper, non-unit", "right, upper, unit"}, {"right, lower, non-unit", "right, lower, unit"}},
+        {{"left, upper, non-unit", "left, upper, unit"}, {"left, lower, non-unit", "left, lower, unit"}},
+    };
+    return names[opt.left][opt.lower][opt.unit];
+}
+
+template <class T>
+void check_view(const char* name, const tensor_view<const T>& view)
+{
+    if (view.data == nullptr) {
+        fail("qk::solve_tri: ", name, " is a null pointer");
+    }
+    for (std::size_t d = 0; d < 4; ++d) {
+        if (view.ne[d] < 1) {
+            fail("qk::solve_tri: ", name, ".ne[", d, "] is ", view.ne[d], "; every dimension needs at least one element");
+        }
+        if (view.nb[d] % static_cast<std::int64_t>(sizeof(T)) != 0) {
+            fail("qk::solve_tri: ", name, ".nb[", d, "] is ", view.nb[d], " bytes, not a multiple of the element size ", sizeof(T));
+        }
+    }
+}
+
+// Every element count and scratch size must fit the integer types used for them (and a
+// contiguous call's byte strides must not overflow): at most 2^40 elements in A, and in B.
+inline void check_tri_size(std::int64_t n, std::int64_t k, std::int64_t batches)
+{
+    constexpr auto limit = std::int64_t{1} << 40;
+    if (n > (std::int64_t{1} << 20) || k > limit / n || batches > limit / (n * k) || batches > limit / (n * n)) {
+        fail("qk::solve_tri: n = ", n, ", k = ", k, " and ", batches, " batches exceed the supported size (2^40 elements in A or in B)");
+    }
+}
+
+// The contiguous entry points' sizes, checked before their views are built.
+inline void check_tri_sizes(std::int64_t n, std::int64_t k, std::int64_t batch)
+{
+    if (n < 1 || k < 1 || batch < 1) {
+        fail("qk::solve_tri: n = ", n, ", k = ", k, ", batch = ", batch, "; each must be at least 1");
+    }
+    check_tri_size(n, k, batch);
+}
+
+// Checks shapes, broadcasts and (for a non-unit diagonal) every pivot of A, before anything is
+// written. A zero pivot is reported with its batch and row: no X exists for it.
+template <class T>
+tri_problem check_solve_tri(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_options& opt)
+{
+    check_view("A", A);
+    check_view("B", B);
+    check_view<T>("X", X);
+    const std::int64_t n = A.ne[0];
+    if (A.ne[1] != n) {
+        fail("qk::solve_tri: A is not square: ", A.ne[1], " rows of ", A.ne[0], " columns");
+    }
+    // Left solves: B is n rows of k (ggml's b->ne[0] = k, ne[1] = n); right solves: k rows of n.
+    const std::int64_t b_rows = opt.left ? B.ne[1] : B.ne[0];
+    const std::int64_t k = opt.left ? B.ne[0] : B.ne[1];
+    if (b_rows != n) {
+        fail("qk::solve_tri (", tri_variant_name(opt), "): A is ", n, " x ", n, " but B is ", B.ne[1], " rows of ", B.ne[0], " columns; ",
+             opt.left ? "a left solve needs B to have n rows" : "a right solve needs B rows of n columns");
+    }
+    for (std::size_t d = 0; d < 4; ++d) {
+        if (X.ne[d] != B.ne[d]) {
+            fail("qk::solve_tri: X.ne[", d, "] is ", X.ne[d], " but B.ne[", d, "] is ", B.ne[d], "; X must have B's shape");
+        }
+    }
+    for (std::size_t d = 2; d < 4; ++d) {
+        if (B.ne[d] % A.ne[d] != 0) {
+            fail("qk::solve_tri: B.ne[", d, "] is ", B.ne[d], ", not a multiple of A.ne[", d, "] = ", A.ne[d],
+                 "; A's batches are broadcast over B's");
+        }
+    }
+    constexpr auto too_many = std::int64_t{1} << 41;
+    check_tri_size(n, k, B.ne[3] > too_many / B.ne[2] ? too_many : B.ne[2] * B.ne[3]);
+    if (!opt.unit) {
+        for (std::int64_t i3 = 0; i3 < A.ne[3]; ++i3) {
+            for (std::int64_t i2 = 0; i2 < A.ne[2]; ++i2) {
+                for (std::int64_t i = 0; i < n; ++i) {
+                    if (A.at(i, i, i2, i3) == T(0)) {
+                        fail("qk::solve_tri: A has a zero on its diagonal at batch ", i2 + i3 * A.ne[2], " (", i2, ", ", i3, "), row ", i,
+                             "; the system is singular (tri_options::unit ignores the stored diagonal)");
+                    }
+                }
+            }
+        }
+    }
+    return {n,
+            k,
+            B.ne[2],
+            B.ne[3],
+            B.ne[2] / A.ne[2],
+            B.ne[3] / A.ne[3],
+            opt.left ? !opt.lower : opt.lower,
+            !opt.left,
+            opt.unit};
+}
+
+// 64-byte aligned scratch (the tile kernel's loads are aligned).
+template <class T>
+using solve_tri_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
+
+// Solves one task's share of the problem: items [first, last) of batches x column groups.
+template <class T, class Simd>
+class tri_worker {
+    using shape = kernels::solve_tri_detail::tile_shape<T, Simd>;
+    static constexpr std::size_t MR = shape::rows;
+    static constexpr std::size_t NR = shape::columns;
+
+public:
+    tri_worker(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_problem& p,
+               std::size_t tiles_per_item)
+        : A_(A), B_(B), X_(X), p_(p), n_(static_cast<std::size_t>(p.n)), k_(static_cast<std::size_t>(p.k)),
+          tiles_total_((k_ + NR - 1) / NR), tiles_per_item_(tiles_per_item),
+          panels_(MR * MR * ((n_ + MR - 1) / MR) * ((n_ + MR - 1) / MR + 1) / 2), diag_(n_), tile_(n_ * NR)
+    {
+    }
+
+    void solve(std::size_t item)
+    {
+        const std::size_t groups = (tiles_total_ + tiles_per_item_ - 1) / tiles_per_item_;
+        const auto batch = static_cast<std::int64_t>(item / groups);
+        const std::size_t first_tile = item % groups * tiles_per_item_;
+        const std::size_t last_tile = std::min(first_tile + tiles_per_item_, tiles_total_);
+        const std::int64_t b2 = batch % p_.batch2;
+        const std::int64_t b3 = batch / p_.batch2;
+        const std::int64_t a2 = b2 / p_.repeat2;
+        const std::int64_t a3 = b3 / p_.repeat3;
+        if (a2 != packed_a2_ || a3 != packed_a3_) {
+            pack_a(a2, a3);
+        }
+        const canonical<const T> b = map_b(B_, b2, b3);
+        const canonical<T> x = map_b(X_, b2, b3);
+        // Rows of B and X with unit column steps (left solves on row-major data) are solved where
+        // they lie; other layouts, and the last tile when k is not a whole number of tiles, go
+        // through a packed copy.
+        const bool in_place = b.column_step == 1 && x.column_step == 1;
+        for (std::size_t t = first_tile; t < last_tile; ++t) {
+            const std::size_t c0 = t * NR;
+            const std::size_t width = std::min(NR, k_ - c0);
+            if (in_place && width == NR) {
+                solve({&b(0, c0), b.row_step, &x(0, c0), x.row_step});
+                continue;
+            }
+            for (std::size_t i = 0; i < n_; ++i) {
+                for (std::size_t c = 0; c < NR; ++c) {
+                    tile_[i * NR + c] = c < width ? b(i, c0 + c) : T(0);
+                }
+            }
+            solve({tile_.data(), NR, tile_.data(), NR});
+            for (std::size_t i = 0; i < n_; ++i) {
+                for (std::size_t c = 0; c < width; ++c) {
+                    x(i, c0 + c) = tile_[i * NR + c];
+                }
+            }
+        }
+    }
+
+private:
+    // One batch of A, B or X in canonical coordinates: element (i, j) is origin[i * row_step +
+    // j * column_step]. Reversal makes the steps negative from the far corner; transposition
+    // swaps them.
+    template <class U>
+    struct canonical {
+        U* origin;
+        std::int64_t row_step;
+        std::int64_t column_step;
+        [[nodiscard]] U& operator()(std::size_t i, std::size_t j) const noexcept
+        {
+            return origin[static_cast<std::int64_t>(i) * row_step + static_cast<std::int64_t>(j) * column_step];
+        }
+    };
+
+    // Canonical rows of `view` run along its dimension `along` (0: columns, 1: rows), reversed if
+    // the problem is; canonical columns along the other one, in order unless `both_reversed`.
+    template <class U>
+    [[nodiscard]] canonical<U> map(const tensor_view<U>& view, std::int64_t i2, std::int64_t i3, std::size_t along, bool both_reversed) const noexcept
+    {
+        constexpr auto size = static_cast<std::int64_t>(sizeof(T));
+        const std::int64_t row_step = view.nb[along] / size;
+        const std::int64_t column_step = view.nb[1 - along] / size;
+        const std::int64_t last = p_.n - 1;
+        U* origin = &view.at(0, 0, i2, i3);
+        if (p_.reversed) {
+            origin += last * row_step + (both_reversed ? last * column_step : 0);
+            return {origin, -row_step, both_reversed ? -column_step : column_step};
+        }
+        return {origin, row_step, column_step};
+    }
+
+    // L'[i][j] for j <= i < n: A's rows in canonical order (its columns for right solves).
+    [[nodiscard]] canonical<const T> map_a(std::int64_t a2, std::int64_t a3) const noexcept
+    {
+        return map(A_, a2, a3, p_.transposed ? 0 : 1, true);
+    }
+
+    // B'[i][c] and X'[i][c]: canonical row i, right-hand side c.
+    template <class U>
+    [[nodiscard]] canonical<U> map_b(const tensor_view<U>& view, std::int64_t b2, std::int64_t b3) const noexcept
+    {
+        return map(view, b2, b3, p_.transposed ? 0 : 1, false);
+    }
+
+    void pack_a(std::int64_t a2, std::int64_t a3)
+    {
+        const canonical<const T> a = map_a(a2, a3);
+        // Multiplying by reciprocals is faster than dividing, and within an ulp of it wherever
+        // both the diagonal and its reciprocal are normal numbers; elsewhere (tiny, huge,
+        // infinite or NaN pivots) divide, as IEEE arithmetic on the stored values would.
+        divide_ = false;
+        for (std::size_t i = 0; i < n_ && !p_.unit; ++i) {
+            divide_ = divide_ || !std::isnormal(a(i, i)) || !std::isnormal(T(1) / a(i, i));
+        }
+        for (std::size_t i = 0; i < n_; ++i) {
+            const T d = p_.unit ? T(1) : a(i, i);
+            diag_[i] = divide_ ? d : T(1) / d;
+        }
+        T* panel = panels_.data();
+        for (std::size_t first = 0; first < n_; first += MR) {
+            for (std::size_t r = 0; r < MR && first + r < n_; ++r) {
+                const std::size_t i = first + r;
+                for (std::size_t j = 0; j < i; ++j) {
+                    panel[j * MR + r] = -a(i, j);
+                }
+            }
+            panel += (first + MR) * MR;
+        }
+        packed_a2_ = a2;
+        packed_a3_ = a3;
+    }
+
+    void solve(const kernels::solve_tri_detail::tile_rows<T>& tile) const noexcept
+    {
+        const kernels::solve_tri_detail::packed_lower<T> lower{panels_.data(), diag_.data(), n_};
+        if (divide_) {
+            kernels::solve_tri_detail::solve_tile<T, Simd, true>(lower, tile);
+        } else {
+            kernels::solve_tri_detail::solve_tile<T, Simd, false>(lower, tile);
+        }
+    }
+
+    tensor_view<const T> A_;
+    tensor_view<const T> B_;
+    tensor_view<T> X_;
+    tri_problem p_;
+    std::size_t n_;
+    std::size_t k_;
+    std::size_t tiles_total_;
+    std::size_t tiles_per_item_;
+    solve_tri_buffer<T> panels_;
+    solve_tri_buffer<T> diag_;
+    solve_tri_buffer<T> tile_;
+    std::int64_t packed_a2_ = -1;
+    std::int64_t packed_a3_ = -1;
+    bool divide_ = false;
+};
+
+template <class Arch, class T>
+void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_options& opt,
+                     backend::cpu::thread_pool* pool)
+{
+    using simd = typename xsimd_arch_of<Arch>::type;
+    using shape = kernels::solve_tri_detail::tile_shape<T, simd>;
+    const tri_problem p = check_solve_tri<T>(A, B, X, opt);
+
+    // Work items are (batch, group of column tiles): whole batches when one thread runs them (so
+    // each A is packed once), else fine enough that every thread gets several items.
+    const std::size_t batches = static_cast<std::size_t>(p.batch2 * p.batch3);
+    const std::size_t tiles = (static_cast<std::size_t>(p.k) + shape::columns - 1) / shape::columns;
+    const std::size_t threads = pool == nullptr ? 1 : pool->size();
+    std::size_t tiles_per_item = tiles;
+    if (threads > 1) {
+        const std::size_t wanted_items = 4 * threads;
+        tiles_per_item = std::clamp(tiles * batches / wanted_items, std::size_t{1}, tiles);
+    }
+    const std::size_t items = batches * ((tiles + tiles_per_item - 1) / tiles_per_item);
+    const std::size_t tasks = std::min(items, threads == 1 ? std::size_t{1} : 4 * threads);
+
+    const auto run_task = [&](std::size_t task) {
+        tri_worker<T, simd> worker(A, B, X, p, tiles_per_item);
+        for (std::size_t item = task * items / tasks; item < (task + 1) * items / tasks; ++item) {
+            worker.solve(item);
+        }
+    };
+    if (pool == nullptr || tasks == 1) {
+        run_task(0);
+    } else {
+        pool->run(tasks, run_task);
+    }
+}
+
+} // namespace detail
+
+// Strided views, ggml's layout: A is ne = {n, n, a2, a3}; B and X are {k, n, b2, b3} for left
+// solves and {n, k, b2, b3} for right solves, where b2 and b3 are multiples of a2 and a3 (A's
+// batch i is used for B's batches i * b2 / a2 and up, as ggml broadcasts). X may be B itself (the
+// same data and strides); it must not otherwise overlap A or B.
+template <class Arch = arch::solve_tri_native, solve_tri_value T>
+void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_t<tensor_view<const T>> B, tensor_view<T> X,
+               tri_options opt = {})
+{
+    detail::solve_tri_views<Arch, T>(A, B, X, opt, nullptr);
+}
+
+template <class Arch = arch::solve_tri_native, solve_tri_value T>
+void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_t<tensor_view<const T>> B, tensor_view<T> X,
+               tri_options opt, backend::cpu::thread_pool& pool)
+{
+    detail::solve_tri_views<Arch, T>(A, B, X, opt, &pool);
+}
+
+// Contiguous buffers, ggml's layout: A is [batch][n][n] row-major; B and X are [batch][n][k] for
+// left solves and [batch][k][n] for right solves. X may equal B (an in-place solve).
+template <class Arch = arch::solve_tri_native, solve_tri_value T>
+void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
+{
+    detail::check_tri_sizes(n, k, batch);
+    const bool left = opt.left;
+    detail::solve_tri_views<Arch, T>(tensor_view<const T>::contiguous(A, n, n, batch),
+                                     left ? tensor_view<const T>::contiguous(B, k, n, batch) : tensor_view<const T>::contiguous(B, n, k, batch),
+                                     left ? tensor_view<T>::contiguous(X, k, n, batch) : tensor_view<T>::contiguous(X, n, k, batch), opt, nullptr);
+}
+
+template <class Arch = arch::solve_tri_native, solve_tri_value T>
+void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt,
+               backend::cpu::thread_pool& pool)
+{
+    detail::check_tri_sizes(n, k, batch);
+    const bool left = opt.left;
+    detail::solve_tri_views<Arch, T>(tensor_view<const T>::contiguous(A, n, n, batch),
+                                     left ? tensor_view<const T>::contiguous(B, k, n, batch) : tensor_view<const T>::contiguous(B, n, k, batch),
+                                     left ? tensor_view<T>::contiguous(X, k, n, batch) : tensor_view<T>::contiguous(X, n, k, batch), opt, &pool);
+}
+
+} // namespace qk
