@@ -19,3 +19,5 @@
 #include "kernels/fp16.hpp"
 #include "kernels/gemv.hpp"
 #include "kernels/quantize.hpp"
+#include "kernels/solve_tri.hpp"
+#include "kernels/tensor_view.hpp"

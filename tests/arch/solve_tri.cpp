@@ -1,0 +1,42 @@
+// qk::solve_tri on one architecture tag (QK_TEST_TAG, compiled with the tag's flags): every
+// variant, float and double, held to the substitution error bounds of solve_tri_reference.hpp,
+// on sizes that leave every remainder of the tag's register tile (rows and columns).
+#include <doctest/doctest.h>
+
+#include <kernels/solve_tri.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "../solve_tri_reference.hpp"
+
+namespace {
+
+using tag = qk::arch::QK_TEST_TAG;
+
+} // namespace
+
+TEST_CASE_TEMPLATE("solve_tri on this tag: every variant within the error bounds, every tile remainder", T, float, double)
+{
+    qk::backend::cpu::thread_pool pool(2);
+    std::size_t checked = 0;
+    for (int v = 0; v < 8; ++v) {
+        const qk::tri_options opt{(v & 1) != 0, (v & 2) != 0, (v & 4) != 0};
+        for (const std::size_t n : {1, 2, 5, 8, 9, 17, 40}) {
+            for (const std::size_t k : {1, 4, 7, 16, 33, 48}) {
+                CAPTURE(v);
+                CAPTURE(n);
+                CAPTURE(k);
+                constexpr std::size_t batch = 2;
+                const auto p = qk_test::random_problem<T>(n, k, batch, opt, static_cast<std::uint32_t>(31 * n + k));
+                std::vector<T> x(p.b.size());
+                qk::solve_tri<tag>(p.a.data(), p.b.data(), x.data(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), batch, opt,
+                                   pool);
+                for (std::size_t q = 0; q < batch; ++q) {
+                    checked += qk_test::check_solution(p.a.data() + q * n * n, p.b.data() + q * n * k, x.data() + q * n * k, n, k, opt);
+                }
+            }
+        }
+    }
+    MESSAGE(checked, " elements checked on ", qk::arch::name<tag>());
+}
