@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qkern's build, tests, benchmarks and qk tool need.
 # Silent when everything is present. Usage: scripts/install-deps.sh [--ci] [--arm]
-#   --ci   adds clang
+#   --ci   adds clang, and OpenBLAS and Eigen, which the solve_tri benchmark compares against
+#          when it finds them (so CI compiles those comparisons)
 #   --arm  adds the AArch64 cross build that runs under qemu-user (cmake/aarch64-linux-gnu.cmake):
 #          the cross g++, qemu-user, and the arm64 libfmt-dev (the tests link fmt) through Debian
 #          multiarch, which this enables for arm64 (dpkg --add-architecture) if needed
@@ -10,7 +11,7 @@ set -euo pipefail
 packages=(cmake make g++ pkg-config libxsimd-dev libfmt-dev doctest-dev libbenchmark-dev libcli11-dev)
 for option in "$@"; do
     case "$option" in
-        --ci) packages+=(clang) ;;
+        --ci) packages+=(clang libopenblas-dev libeigen3-dev) ;;
         --arm) packages+=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libxsimd-dev:arm64) ;;
         *) echo "usage: $0 [--ci] [--arm]" >&2; exit 2 ;;
     esac

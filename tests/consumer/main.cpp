@@ -1,5 +1,6 @@
 // Consumer test program, built against qkern by find_package, add_subdirectory and pkg-config:
-// quantize to Q8_0 and back, check the round-trip error, print a dot product. Exits 1 if wrong.
+// quantize to Q8_0 and back, check the round-trip error, print a dot product, solve a small
+// triangular system. Exits 1 if wrong.
 #include <qkern.hpp>
 
 #include <algorithm>
@@ -40,5 +41,13 @@ int main()
     std::printf("qkern %d.%d.%d: max |dequantize(quantize(x)) - x| = %g (bound %g), dot = %g (expected %g)\n",
                 QKERN_VERSION_MAJOR, QKERN_VERSION_MINOR, QKERN_VERSION_PATCH, max_error, tolerance, dot,
                 sum_squares);
-    return max_error <= tolerance && std::abs(dot - sum_squares) <= dot_tolerance ? 0 : 1;
+    // [2 0; 1 4] X = [2; 9] has X = [1; 2], and every step of the substitution is exact.
+    const float a[4] = {2.0f, -99.0f, 1.0f, 4.0f}; // -99: the upper triangle, never read
+    const float b[2] = {2.0f, 9.0f};
+    float solved[2] = {0.0f, 0.0f};
+    qk::solve_tri(a, b, solved, 2, 1, 1);
+    std::printf("solve_tri: X = [%g, %g] (expected [1, 2])\n", solved[0], solved[1]);
+
+    const bool ok = max_error <= tolerance && std::abs(dot - sum_squares) <= dot_tolerance && solved[0] == 1.0f && solved[1] == 2.0f;
+    return ok ? 0 : 1;
 }
