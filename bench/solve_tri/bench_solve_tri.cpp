@@ -174,54 +174,50 @@ void naive_solve(benchmark::State& state)
     report(state, p, 1, time.seconds());
 }
 
-#if QKERN_BENCH_OPENBLAS
-// One cblas_strsm per batch on a copy of B (it solves in place), OpenBLAS held to one thread.
-void openblas_solve(benchmark::State& state)
+// Solvers that work in place: X is set to B before each timed call, outside the timing.
+// solve_batch(a, x, p) solves one batch.
+template <class SolveBatch>
+[[maybe_unused]] void in_place_solve(benchmark::State& state, SolveBatch solve_batch)
 {
     problem& p = problem_of(state.range(0), state.range(1), state.range(2));
-    openblas_set_num_threads(1);
-    const auto n = static_cast<int>(p.n);
-    const auto k = static_cast<int>(p.k);
     fma_peak();
     double seconds = 0;
     for (auto _ : state) {
-        // It solves in place: copying B to X first is not counted.
         state.PauseTiming();
         std::copy(p.b.begin(), p.b.end(), p.x.begin());
         const timer time;
         state.ResumeTiming();
         for (std::int64_t q = 0; q < p.batch; ++q) {
-            cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n, k, 1.0f, p.a.data() + q * p.n * p.n, n,
-                        p.x.data() + q * p.n * p.k, k);
+            solve_batch(p.a.data() + q * p.n * p.n, p.x.data() + q * p.n * p.k, p);
         }
         benchmark::ClobberMemory();
         seconds += time.seconds();
     }
     report(state, p, 1, seconds);
 }
+
+#if QKERN_BENCH_OPENBLAS
+// cblas_strsm, with OpenBLAS held to one thread.
+void openblas_solve(benchmark::State& state)
+{
+    openblas_set_num_threads(1);
+    in_place_solve(state, [](const float* a, float* x, const problem& p) {
+        const auto n = static_cast<int>(p.n);
+        const auto k = static_cast<int>(p.k);
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n, k, 1.0f, a, n, x, k);
+    });
+}
 #endif
 
 #if QKERN_BENCH_EIGEN
 void eigen_solve(benchmark::State& state)
 {
-    problem& p = problem_of(state.range(0), state.range(1), state.range(2));
-    using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    fma_peak();
-    double seconds = 0;
-    for (auto _ : state) {
-        state.PauseTiming();
-        std::copy(p.b.begin(), p.b.end(), p.x.begin());
-        const timer time;
-        state.ResumeTiming();
-        for (std::int64_t q = 0; q < p.batch; ++q) {
-            const Eigen::Map<const matrix, Eigen::Aligned64> a(p.a.data() + q * p.n * p.n, p.n, p.n);
-            Eigen::Map<matrix, Eigen::Aligned64> x(p.x.data() + q * p.n * p.k, p.n, p.k);
-            a.triangularView<Eigen::Lower>().solveInPlace(x);
-        }
-        benchmark::ClobberMemory();
-        seconds += time.seconds();
-    }
-    report(state, p, 1, seconds);
+    in_place_solve(state, [](const float* a, float* x, const problem& p) {
+        using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+        const Eigen::Map<const matrix, Eigen::Aligned64> a_map(a, p.n, p.n);
+        Eigen::Map<matrix, Eigen::Aligned64> x_map(x, p.n, p.k);
+        a_map.triangularView<Eigen::Lower>().solveInPlace(x_map);
+    });
 }
 #endif
 
