@@ -293,13 +293,18 @@ private:
         // Multiplying by reciprocals is faster than dividing, and within an ulp of it wherever
         // both the diagonal and its reciprocal are normal numbers; elsewhere (tiny, huge,
         // infinite or NaN pivots) divide, as IEEE arithmetic on the stored values would.
+        // The reciprocal of a normal d is normal exactly when |d| <= 1 / (the least normal number).
+        constexpr T largest_pivot = T(1) / std::numeric_limits<T>::min();
         divide_ = false;
-        for (std::size_t i = 0; i < n_ && !p_.unit; ++i) {
-            divide_ = divide_ || !std::isnormal(a(i, i)) || !std::isnormal(T(1) / a(i, i));
-        }
         for (std::size_t i = 0; i < n_; ++i) {
             const T d = p_.unit ? T(1) : a(i, i);
-            diag_[i] = divide_ ? d : T(1) / d;
+            diag_[i] = d;
+            divide_ = divide_ || !std::isnormal(d) || std::abs(d) > largest_pivot;
+        }
+        if (!divide_) {
+            for (std::size_t i = 0; i < n_; ++i) {
+                diag_[i] = T(1) / diag_[i];
+            }
         }
         T* panel = panels_.data();
         for (std::size_t first = 0; first < n_; first += MR) {

@@ -5,7 +5,9 @@
 
 #include <kernels/solve_tri.hpp>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "../solve_tri_reference.hpp"
@@ -39,4 +41,30 @@ TEST_CASE_TEMPLATE("solve_tri on this tag: every variant within the error bounds
         }
     }
     MESSAGE(checked, " elements checked on ", qk::arch::name<tag>());
+}
+
+TEST_CASE("solve_tri on this tag divides correctly rounded when a pivot's reciprocal is not normal")
+{
+    // Pivots 3e38 (reciprocal subnormal) and 1e-39 (subnormal) send the solve down its dividing
+    // path; row 0 has no other term, so each x is one IEEE division b / a.
+    constexpr std::size_t n = 3;
+    constexpr std::size_t k = 37;
+    for (const float pivot : {3e38f, 1e-39f, 1.5f}) {
+        CAPTURE(pivot);
+        const std::vector<float> a = {pivot, 0.0f, 0.0f, 0.5f, 2.0f, 0.0f, 0.25f, 0.125f, 4.0f};
+        std::vector<float> b(n * k);
+        for (std::size_t i = 0; i < b.size(); ++i) {
+            b[i] = (pivot < 1.0f && i < k ? 1e-39f : 1.0f) * (0.1f + 0.37f * static_cast<float>(i % 11));
+        }
+        std::vector<float> x(b.size());
+        qk::solve_tri<tag>(a.data(), b.data(), x.data(), n, k, 1);
+        for (std::size_t c = 0; c < k; ++c) {
+            if (pivot != 1.5f) {
+                CHECK(x[c] == b[c] / pivot);
+            } else {
+                // The reciprocal path: within one rounding of the division.
+                CHECK(std::abs(x[c] - b[c] / pivot) <= std::numeric_limits<float>::epsilon() * std::abs(b[c] / pivot));
+            }
+        }
+    }
 }

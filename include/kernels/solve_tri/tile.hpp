@@ -23,6 +23,17 @@ struct lanes {
     static vector splat(T x) noexcept { return vector(x); }
     // a * b + c, fused where the tag has FMA.
     static vector fma(const vector& a, const vector& b, const vector& c) noexcept { return xsimd::fma(a, b, c); }
+    // a / b, correctly rounded: xsimd 8's float division on NEON is a reciprocal estimate refined
+    // by Newton steps (a few ulps off, and infinite for subnormal b), so AArch64 divides itself.
+    static vector divide(const vector& a, const vector& b) noexcept
+    {
+#if defined(__aarch64__)
+        if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::neon64, A>) {
+            return vector(vdivq_f32(a, b));
+        }
+#endif
+        return a / b;
+    }
 };
 
 template <class T>
@@ -33,6 +44,7 @@ struct lanes<T, arch::generic> {
     static void store(T* p, T v) noexcept { *p = v; }
     static T splat(T x) noexcept { return x; }
     static T fma(T a, T b, T c) noexcept { return a * b + c; }
+    static T divide(T a, T b) noexcept { return a / b; }
 };
 
 // The tile: `rows` rows of `vectors` vectors each, as many accumulators as the register file
@@ -124,7 +136,7 @@ template <class T, class A, std::size_t R, bool Divide>
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NV; ++v) {
             if constexpr (Divide) {
-                acc[r][v] = acc[r][v] / d;
+                acc[r][v] = L::divide(acc[r][v], d);
             } else {
                 acc[r][v] = acc[r][v] * d;
             }
