@@ -4,9 +4,10 @@
 //
 // Every variant is reduced to one: a forward substitution L' X' = B' with L' lower triangular,
 // where reversing the row order turns "upper" into "lower" and transposing turns a right solve
-// into a left one. A and B are packed into that form (padded to whole register tiles, the
-// diagonal inverted once), solved by kernels/solve_tri/tile.hpp, and X' is unpacked into X. So
-// X may be B itself: each task reads its part of B completely before it writes that part of X.
+// into a left one. A is packed into that form (panels of negated coefficients, the diagonal
+// inverted once), and kernels/solve_tri/tile.hpp solves B' column tile by column tile: in place
+// where B and X have contiguous rows (left solves), else through a packed copy of the tile. So X
+// may be B itself: every block of rows of B is read completely before that block of X is written.
 #pragma once
 
 #include <algorithm>
@@ -182,11 +183,12 @@ tri_problem check_solve_tri(const tensor_view<const T>& A, const tensor_view<con
             opt.unit};
 }
 
-// 64-byte aligned scratch (the tile kernel's loads are aligned).
+// 64-byte aligned scratch, so that rows of a packed tile never straddle cache lines.
 template <class T>
 using solve_tri_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
 
-// Solves one task's share of the problem: items [first, last) of batches x column groups.
+// Solves work items (a batch and a group of its column tiles) one after another, keeping the
+// packed A of the last batch for the next item that uses the same one.
 template <class T, class Simd>
 class tri_worker {
     using shape = kernels::solve_tri_detail::tile_shape<T, Simd>;
