@@ -4,8 +4,8 @@
 //
 // Every variant is reduced to one: a forward substitution L' X' = B' with L' lower triangular,
 // where reversing the row order turns "upper" into "lower" and transposing turns a right solve
-// into a left one. A is packed into that form (panels of negated coefficients, the diagonal
-// inverted once), and kernels/solve_tri/tile.hpp solves B' column tile by column tile: in place
+// into a left one. A is read in that form where it lies, through strides (its diagonal inverted
+// once per batch), and kernels/solve_tri/tile.hpp solves B' column tile by column tile: in place
 // where B and X have contiguous rows (left solves), else through a packed copy of the tile. So X
 // may be B itself: every block of rows of B is read completely before that block of X is written.
 #pragma once
@@ -57,10 +57,14 @@ using solve_tri_native = std::conditional_t<std::is_same_v<native, generic>, xsi
 
 namespace detail {
 
-// qkern's own tags map to the xsimd tag whose vectors they use.
+// qkern's own tags map to the xsimd tag whose vectors they use; qkern's avx2 includes FMA.
 template <class Tag>
 struct xsimd_arch_of {
     using type = Tag;
+};
+template <>
+struct xsimd_arch_of<arch::avx2> {
+    using type = xsimd::fma3<xsimd::avx2>;
 };
 template <>
 struct xsimd_arch_of<arch::avx512vnni> {
@@ -188,19 +192,17 @@ template <class T>
 using solve_tri_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
 
 // Solves work items (a batch and a group of its column tiles) one after another, keeping the
-// packed A of the last batch for the next item that uses the same one.
+// prepared diagonal of the last batch of A for the next item that uses the same one.
 template <class T, class Simd>
 class tri_worker {
     using shape = kernels::solve_tri_detail::tile_shape<T, Simd>;
-    static constexpr std::size_t MR = shape::rows;
     static constexpr std::size_t NR = shape::columns;
 
 public:
     tri_worker(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_problem& p,
                std::size_t tiles_per_item)
         : A_(A), B_(B), X_(X), p_(p), n_(static_cast<std::size_t>(p.n)), k_(static_cast<std::size_t>(p.k)),
-          tiles_total_((k_ + NR - 1) / NR), tiles_per_item_(tiles_per_item),
-          panels_(MR * MR * ((n_ + MR - 1) / MR) * ((n_ + MR - 1) / MR + 1) / 2), diag_(n_), tile_(n_ * NR)
+          tiles_total_((k_ + NR - 1) / NR), tiles_per_item_(tiles_per_item), diag_(n_), tile_(n_ * NR)
     {
     }
 
@@ -214,8 +216,8 @@ public:
         const std::int64_t b3 = batch / p_.batch2;
         const std::int64_t a2 = b2 / p_.repeat2;
         const std::int64_t a3 = b3 / p_.repeat3;
-        if (a2 != packed_a2_ || a3 != packed_a3_) {
-            pack_a(a2, a3);
+        if (a2 != a2_ || a3 != a3_) {
+            prepare_a(a2, a3);
         }
         const canonical<const T> b = map_b(B_, b2, b3);
         const canonical<T> x = map_b(X_, b2, b3);
@@ -289,42 +291,44 @@ private:
         return map(view, b2, b3, p_.transposed ? 0 : 1, false);
     }
 
-    void pack_a(std::int64_t a2, std::int64_t a3)
+    // The diagonal of A's batch (a2, a3), ready for the kernel.
+    void prepare_a(std::int64_t a2, std::int64_t a3)
     {
-        const canonical<const T> a = map_a(a2, a3);
+        a_ = map_a(a2, a3);
         // Multiplying by reciprocals is faster than dividing, and within an ulp of it wherever
         // both the diagonal and its reciprocal are normal numbers; elsewhere (tiny, huge,
         // infinite or NaN pivots) divide, as IEEE arithmetic on the stored values would.
         // The reciprocal of a normal d is normal exactly when |d| <= 1 / (the least normal number).
-        constexpr T largest_pivot = T(1) / std::numeric_limits<T>::min();
-        divide_ = false;
-        for (std::size_t i = 0; i < n_; ++i) {
-            const T d = p_.unit ? T(1) : a(i, i);
-            diag_[i] = d;
-            divide_ = divide_ || !std::isnormal(d) || std::abs(d) > largest_pivot;
+        // (One comparison pair, false for zero, subnormal, infinite and NaN d.)
+        constexpr T smallest_pivot = std::numeric_limits<T>::min();
+        constexpr T largest_pivot = T(1) / smallest_pivot;
+        if (p_.unit) {
+            std::fill(diag_.begin(), diag_.end(), T(1));
+        } else {
+            const T* d = &a_(0, 0);
+            const std::ptrdiff_t step = a_.row_step + a_.column_step;
+            for (std::size_t i = 0; i < n_; ++i, d += step) {
+                diag_[i] = *d;
+            }
         }
+        bool all_safe = true;
+        for (std::size_t i = 0; i < n_; ++i) {
+            const T magnitude = std::abs(diag_[i]);
+            all_safe &= magnitude >= smallest_pivot && magnitude <= largest_pivot;
+        }
+        divide_ = !all_safe;
         if (!divide_) {
             for (std::size_t i = 0; i < n_; ++i) {
                 diag_[i] = T(1) / diag_[i];
             }
         }
-        T* panel = panels_.data();
-        for (std::size_t first = 0; first < n_; first += MR) {
-            for (std::size_t r = 0; r < MR && first + r < n_; ++r) {
-                const std::size_t i = first + r;
-                for (std::size_t j = 0; j < i; ++j) {
-                    panel[j * MR + r] = -a(i, j);
-                }
-            }
-            panel += (first + MR) * MR;
-        }
-        packed_a2_ = a2;
-        packed_a3_ = a3;
+        a2_ = a2;
+        a3_ = a3;
     }
 
     void solve(const kernels::solve_tri_detail::tile_rows<T>& tile) const noexcept
     {
-        const kernels::solve_tri_detail::packed_lower<T> lower{panels_.data(), diag_.data(), n_};
+        const kernels::solve_tri_detail::lower_matrix<T> lower{a_.origin, a_.row_step, a_.column_step, diag_.data(), n_};
         if (divide_) {
             kernels::solve_tri_detail::solve_tile<T, Simd, true>(lower, tile);
         } else {
@@ -340,11 +344,11 @@ private:
     std::size_t k_;
     std::size_t tiles_total_;
     std::size_t tiles_per_item_;
-    solve_tri_buffer<T> panels_;
     solve_tri_buffer<T> diag_;
     solve_tri_buffer<T> tile_;
-    std::int64_t packed_a2_ = -1;
-    std::int64_t packed_a3_ = -1;
+    canonical<const T> a_{};
+    std::int64_t a2_ = -1;
+    std::int64_t a3_ = -1;
     bool divide_ = false;
 };
 

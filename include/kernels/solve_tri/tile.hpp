@@ -1,6 +1,7 @@
-// The register-tiled kernel behind qk::solve_tri: one block of rows of a packed right-hand side,
-// updated by every row solved before it and then solved against its own diagonal block, without
-// leaving registers. Written once on xsimd batches for any architecture tag; on generic the
+// The register-tiled kernel behind qk::solve_tri: one block of rows of a column tile of the
+// right-hand side, updated by every row solved before it and then solved against its own diagonal
+// block, without leaving registers. It reads A where it lies, through strides (packing A would
+// cost about as much as the solve when k is small). Written once on xsimd batches for any architecture tag; on generic the
 // "vector" is a single scalar, which makes the same code the scalar reference.
 #pragma once
 
@@ -21,8 +22,19 @@ struct lanes {
     static vector load(const T* p) noexcept { return vector::load_unaligned(p); }
     static void store(T* p, const vector& v) noexcept { v.store_unaligned(p); }
     static vector splat(T x) noexcept { return vector(x); }
-    // a * b + c, fused where the tag has FMA.
-    static vector fma(const vector& a, const vector& b, const vector& c) noexcept { return xsimd::fma(a, b, c); }
+    // c - a * b: one fused instruction on FMA3 (xsimd's fnma); elsewhere xsimd's fnma flips a
+    // sign bit first, while the plain expression lets the compiler fuse it (AVX-512, NEON) when
+    // contraction is on, as it is by default in GNU mode.
+    static vector fnma(const vector& a, const vector& b, const vector& c) noexcept
+    {
+#if defined(__x86_64__) || defined(__i386__)
+        if constexpr (std::is_base_of_v<xsimd::fma3<xsimd::sse4_2>, A> || std::is_base_of_v<xsimd::fma3<xsimd::avx>, A> ||
+                      std::is_base_of_v<xsimd::fma3<xsimd::avx2>, A>) {
+            return xsimd::fnma(a, b, c);
+        }
+#endif
+        return c - a * b;
+    }
     // a / b, correctly rounded: xsimd 8's float division on NEON is a reciprocal estimate refined
     // by Newton steps (a few ulps off, and infinite for subnormal b), so AArch64 divides itself.
     static vector divide(const vector& a, const vector& b) noexcept
@@ -43,7 +55,7 @@ struct lanes<T, arch::generic> {
     static T load(const T* p) noexcept { return *p; }
     static void store(T* p, T v) noexcept { *p = v; }
     static T splat(T x) noexcept { return x; }
-    static T fma(T a, T b, T c) noexcept { return a * b + c; }
+    static T fnma(T a, T b, T c) noexcept { return c - a * b; }
     static T divide(T a, T b) noexcept { return a / b; }
 };
 
@@ -70,39 +82,41 @@ struct tile_rows {
     std::ptrdiff_t ldx;
 };
 
-// The packed L': per block of `rows` rows starting at row `first`, a panel of (first + rows) x
-// rows coefficients, negated: panel[p * rows + r] = -L'[first + r][p] for p < first + r (entries
-// at p >= first + r are never read), so that the updates are plain multiply-adds (xsimd's fnma
-// costs a sign flip per call); and the diagonal, as reciprocals unless Divide (then as stored).
+// L' where A lies: L'[i][j] = origin[i * row_step + j * column_step] for j < i < n (the strictly
+// lower part is all that is read), and its diagonal as reciprocals unless Divide (then as
+// stored; all ones for a unit diagonal).
 template <class T>
-struct packed_lower {
-    const T* panels;
+struct lower_matrix {
+    const T* origin;
+    std::ptrdiff_t row_step;
+    std::ptrdiff_t column_step;
     const T* diag;
     std::size_t n;
 };
 
 // Solves rows [first, first + R) of a tile, R <= rows, given that the rows before are solved.
 template <class T, class A, std::size_t R, bool Divide>
-[[gnu::always_inline]] inline void solve_block_row(const T* panel, const T* diag, const tile_rows<T>& tile, std::size_t first) noexcept
+[[gnu::always_inline]] inline void solve_block_row(const lower_matrix<T>& l, const tile_rows<T>& tile, std::size_t first) noexcept
 {
     using L = lanes<T, A>;
     using shape = tile_shape<T, A>;
     using vector = typename L::vector;
-    constexpr std::size_t MR = shape::rows;
     constexpr std::size_t NV = shape::vectors;
     constexpr std::size_t W = L::width;
-    static_assert(R >= 1 && R <= MR);
+    static_assert(R >= 1 && R <= shape::rows);
 
-    const auto row = [](auto* base, std::ptrdiff_t stride, std::size_t i) { return base + static_cast<std::ptrdiff_t>(i) * stride; };
+    const auto at = [](auto* base, std::ptrdiff_t stride, std::size_t i) { return base + static_cast<std::ptrdiff_t>(i) * stride; };
     vector acc[R][NV];
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < R; ++r) {
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NV; ++v) {
-            acc[r][v] = L::load(row(tile.b, tile.ldb, first + r) + v * W);
+            acc[r][v] = L::load(at(tile.b, tile.ldb, first + r) + v * W);
         }
     }
-    // The trailing update by every solved row: the hot loop, R x NV multiply-adds per row.
+    // The trailing update by every solved row: the hot loop, R x NV multiply-adds per row, with
+    // the R coefficients L'[first + r][p] read from column p of this block's rows.
+    const T* block = at(l.origin, l.row_step, first);
     const T* solved = tile.x;
     for (std::size_t p = 0; p < first; ++p, solved += tile.ldx) {
         vector x[NV];
@@ -110,29 +124,29 @@ template <class T, class A, std::size_t R, bool Divide>
         for (std::size_t v = 0; v < NV; ++v) {
             x[v] = L::load(solved + v * W);
         }
-        const T* coefficients = panel + p * MR;
+        const T* column = at(block, l.column_step, p);
 #pragma GCC unroll 16
         for (std::size_t r = 0; r < R; ++r) {
-            const vector a = L::splat(coefficients[r]);
+            const vector a = L::splat(*at(column, l.row_step, r));
 #pragma GCC unroll 4
             for (std::size_t v = 0; v < NV; ++v) {
-                acc[r][v] = L::fma(a, x[v], acc[r][v]);
+                acc[r][v] = L::fnma(a, x[v], acc[r][v]);
             }
         }
     }
     // Substitution within the diagonal block, still in registers.
-    const T* own = panel + first * MR;
+    const T* own = at(block, l.column_step, first);
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < R; ++r) {
 #pragma GCC unroll 16
         for (std::size_t s = 0; s < r; ++s) {
-            const vector a = L::splat(own[s * MR + r]);
+            const vector a = L::splat(*at(at(own, l.column_step, s), l.row_step, r));
 #pragma GCC unroll 4
             for (std::size_t v = 0; v < NV; ++v) {
-                acc[r][v] = L::fma(a, acc[s][v], acc[r][v]);
+                acc[r][v] = L::fnma(a, acc[s][v], acc[r][v]);
             }
         }
-        const vector d = L::splat(diag[first + r]);
+        const vector d = L::splat(l.diag[first + r]);
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NV; ++v) {
             if constexpr (Divide) {
@@ -146,37 +160,35 @@ template <class T, class A, std::size_t R, bool Divide>
     for (std::size_t r = 0; r < R; ++r) {
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NV; ++v) {
-            L::store(row(tile.x, tile.ldx, first + r) + v * W, acc[r][v]);
+            L::store(at(tile.x, tile.ldx, first + r) + v * W, acc[r][v]);
         }
     }
 }
 
 // The last, partial block of rows: R = remainder, chosen at run time among 1 .. rows - 1.
 template <class T, class A, bool Divide, std::size_t R = 1>
-inline void solve_last_rows(const T* panel, const T* diag, const tile_rows<T>& tile, std::size_t first, std::size_t remainder) noexcept
+inline void solve_last_rows(const lower_matrix<T>& l, const tile_rows<T>& tile, std::size_t first, std::size_t remainder) noexcept
 {
     if constexpr (R < tile_shape<T, A>::rows) {
         if (remainder == R) {
-            solve_block_row<T, A, R, Divide>(panel, diag, tile, first);
+            solve_block_row<T, A, R, Divide>(l, tile, first);
         } else {
-            solve_last_rows<T, A, Divide, R + 1>(panel, diag, tile, first, remainder);
+            solve_last_rows<T, A, Divide, R + 1>(l, tile, first, remainder);
         }
     }
 }
 
 // Solves a whole column tile, block of rows after block of rows.
 template <class T, class A, bool Divide>
-void solve_tile(const packed_lower<T>& lower, const tile_rows<T>& tile) noexcept
+void solve_tile(const lower_matrix<T>& l, const tile_rows<T>& tile) noexcept
 {
     constexpr std::size_t MR = tile_shape<T, A>::rows;
-    const T* panel = lower.panels;
     std::size_t first = 0;
-    for (; first + MR <= lower.n; first += MR) {
-        solve_block_row<T, A, MR, Divide>(panel, lower.diag, tile, first);
-        panel += (first + MR) * MR;
+    for (; first + MR <= l.n; first += MR) {
+        solve_block_row<T, A, MR, Divide>(l, tile, first);
     }
-    if (first < lower.n) {
-        solve_last_rows<T, A, Divide>(panel, lower.diag, tile, first, lower.n - first);
+    if (first < l.n) {
+        solve_last_rows<T, A, Divide>(l, tile, first, l.n - first);
     }
 }
 
