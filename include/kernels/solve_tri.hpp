@@ -232,17 +232,10 @@ public:
                 solve({&b(0, c0), b.row_step, &x(0, c0), x.row_step});
                 continue;
             }
-            for (std::size_t i = 0; i < n_; ++i) {
-                for (std::size_t c = 0; c < NR; ++c) {
-                    tile_[i * NR + c] = c < width ? b(i, c0 + c) : T(0);
-                }
-            }
+            std::fill(tile_.begin(), tile_.end(), T(0));
+            copy_tile(b, c0, width, [&](T& packed, const T& caller) { packed = caller; });
             solve({tile_.data(), NR, tile_.data(), NR});
-            for (std::size_t i = 0; i < n_; ++i) {
-                for (std::size_t c = 0; c < width; ++c) {
-                    x(i, c0 + c) = tile_[i * NR + c];
-                }
-            }
+            copy_tile(x, c0, width, [&](const T& packed, T& caller) { caller = packed; });
         }
     }
 
@@ -289,6 +282,27 @@ private:
     [[nodiscard]] canonical<U> map_b(const tensor_view<U>& view, std::int64_t b2, std::int64_t b3) const noexcept
     {
         return map(view, b2, b3, p_.transposed ? 0 : 1, false);
+    }
+
+    // Calls move(tile element, caller's element) for columns [c0, c0 + width) of every row,
+    // walking the caller's matrix along whichever of its dimensions is contiguous (for right
+    // solves, B's rows are the tile's columns).
+    template <class U, class Move>
+    void copy_tile(const canonical<U>& m, std::size_t c0, std::size_t width, Move move)
+    {
+        if (std::abs(m.row_step) < std::abs(m.column_step)) {
+            for (std::size_t c = 0; c < width; ++c) {
+                for (std::size_t i = 0; i < n_; ++i) {
+                    move(tile_[i * NR + c], m(i, c0 + c));
+                }
+            }
+        } else {
+            for (std::size_t i = 0; i < n_; ++i) {
+                for (std::size_t c = 0; c < width; ++c) {
+                    move(tile_[i * NR + c], m(i, c0 + c));
+                }
+            }
+        }
     }
 
     // The diagonal of A's batch (a2, a3), ready for the kernel.
