@@ -196,6 +196,7 @@ using solve_tri_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
 template <class T, class Simd>
 class tri_worker {
     using shape = kernels::solve_tri_detail::tile_shape<T, Simd>;
+    using lanes = kernels::solve_tri_detail::lanes<T, Simd>;
     static constexpr std::size_t NR = shape::columns;
 
 public:
@@ -290,7 +291,9 @@ private:
     template <class U, class Move>
     void copy_tile(const canonical<U>& m, std::size_t c0, std::size_t width, Move move)
     {
-        if (std::abs(m.row_step) < std::abs(m.column_step)) {
+        if (std::abs(m.row_step) == 1 && lanes::width > 1) {
+            transpose_tile(m, c0, width, move);
+        } else if (std::abs(m.row_step) < std::abs(m.column_step)) {
             for (std::size_t c = 0; c < width; ++c) {
                 for (std::size_t i = 0; i < n_; ++i) {
                     move(tile_[i * NR + c], m(i, c0 + c));
@@ -304,6 +307,51 @@ private:
             }
         }
     }
+
+    // copy_tile where the caller's canonical rows are adjacent elements (right solves): whole
+    // width x width blocks move as vectors through a transpose, the remainders one by one.
+    // Reversed rows (row_step -1) are loaded from their lowest address and land in reverse.
+    template <class U, class Move>
+    void transpose_tile(const canonical<U>& m, std::size_t c0, std::size_t width, Move move)
+    {
+        constexpr std::size_t W = lanes::width;
+        constexpr bool to_tile = std::is_const_v<U>;
+        const bool reversed = m.row_step < 0;
+        const std::size_t rows = n_ - n_ % W;
+        const std::size_t columns = width - width % W;
+        typename lanes::vector block[W];
+        for (std::size_t cb = 0; cb < columns; cb += W) {
+            for (std::size_t i0 = 0; i0 < rows; i0 += W) {
+                // Vector l of the caller's side holds caller row (c0 + cb + l), tile rows i0 .. i0 + W - 1.
+                const std::size_t lowest = reversed ? i0 + W - 1 : i0;
+                const auto tile_row = [&](std::size_t l) { return tiles_row(reversed ? i0 + W - 1 - l : i0 + l) + cb; };
+                if constexpr (to_tile) {
+                    for (std::size_t l = 0; l < W; ++l) {
+                        block[l] = lanes::load(&m(lowest, c0 + cb + l));
+                    }
+                    lanes::transpose(block);
+                    for (std::size_t l = 0; l < W; ++l) {
+                        lanes::store(tile_row(l), block[l]);
+                    }
+                } else {
+                    for (std::size_t l = 0; l < W; ++l) {
+                        block[l] = lanes::load(tile_row(l));
+                    }
+                    lanes::transpose(block);
+                    for (std::size_t l = 0; l < W; ++l) {
+                        lanes::store(&m(lowest, c0 + cb + l), block[l]);
+                    }
+                }
+            }
+        }
+        for (std::size_t c = 0; c < width; ++c) {
+            for (std::size_t i = c < columns ? rows : 0; i < n_; ++i) {
+                move(tile_[i * NR + c], m(i, c0 + c));
+            }
+        }
+    }
+
+    [[nodiscard]] T* tiles_row(std::size_t i) noexcept { return tile_.data() + i * NR; }
 
     // The diagonal of A's batch (a2, a3), ready for the kernel.
     void prepare_a(std::int64_t a2, std::int64_t a3)

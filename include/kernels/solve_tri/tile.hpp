@@ -46,6 +46,45 @@ struct lanes {
 #endif
         return a / b;
     }
+    // Transposes the width x width block held in rows[0 .. width): lane c of rows[l] moves to
+    // lane l of rows[c]. In registers for AVX float (the usual 8 x 8 sequence), through memory
+    // elsewhere (xsimd 8's zip_lo interleaves within 128-bit lanes on AVX only, so a portable
+    // sequence of zips would not be one).
+    static void transpose(vector* rows) noexcept
+    {
+#if defined(__AVX__)
+        if constexpr (std::is_same_v<T, float> && width == 8 && std::is_base_of_v<xsimd::avx, A>) {
+            __m256 t[8];
+            __m256 u[8];
+            for (int i = 0; i < 4; ++i) {
+                t[2 * i] = _mm256_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+                t[2 * i + 1] = _mm256_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+            }
+            for (int i = 0; i < 2; ++i) {
+                u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+                u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+                u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+                u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+            }
+            for (int i = 0; i < 4; ++i) {
+                rows[i] = vector(_mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+                rows[i + 4] = vector(_mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+            }
+            return;
+        }
+#endif
+        alignas(64) T block[width][width];
+        for (std::size_t l = 0; l < width; ++l) {
+            rows[l].store_aligned(block[l]);
+        }
+        alignas(64) T column[width];
+        for (std::size_t c = 0; c < width; ++c) {
+            for (std::size_t l = 0; l < width; ++l) {
+                column[l] = block[l][c];
+            }
+            rows[c] = vector::load_aligned(column);
+        }
+    }
 };
 
 template <class T>
@@ -57,6 +96,7 @@ struct lanes<T, arch::generic> {
     static T splat(T x) noexcept { return x; }
     static T fnma(T a, T b, T c) noexcept { return c - a * b; }
     static T divide(T a, T b) noexcept { return a / b; }
+    static void transpose(T*) noexcept {}
 };
 
 // The tile: `rows` rows of `vectors` vectors each, as many accumulators as the register file
