@@ -123,7 +123,7 @@ inline void check_tri_size(std::int64_t n, std::int64_t k, std::int64_t batches)
     }
 }
 
-// The contiguous entry points' sizes, checked before their views are built.
+// The contiguous entry points' sizes.
 inline void check_tri_sizes(std::int64_t n, std::int64_t k, std::int64_t batch)
 {
     if (n < 1 || k < 1 || batch < 1) {
@@ -233,10 +233,12 @@ public:
                 solve({&b(0, c0), b.row_step, &x(0, c0), x.row_step});
                 continue;
             }
-            std::fill(tile_.begin(), tile_.end(), T(0));
-            copy_tile(b, c0, width, [&](T& packed, const T& caller) { packed = caller; });
+            if (width < NR) {
+                std::fill(tile_.begin(), tile_.end(), T(0)); // the columns past k
+            }
+            copy_tile(b, c0, width);
             solve({tile_.data(), NR, tile_.data(), NR});
-            copy_tile(x, c0, width, [&](const T& packed, T& caller) { caller = packed; });
+            copy_tile(x, c0, width);
         }
     }
 
@@ -285,24 +287,35 @@ private:
         return map(view, b2, b3, p_.transposed ? 0 : 1, false);
     }
 
-    // Calls move(tile element, caller's element) for columns [c0, c0 + width) of every row,
-    // walking the caller's matrix along whichever of its dimensions is contiguous (for right
-    // solves, B's rows are the tile's columns).
-    template <class U, class Move>
-    void copy_tile(const canonical<U>& m, std::size_t c0, std::size_t width, Move move)
+    // One element between the tile and the caller: into the tile from B (const U), out to X.
+    template <class U>
+    static void transfer(T& packed, U& caller) noexcept
+    {
+        if constexpr (std::is_const_v<U>) {
+            packed = caller;
+        } else {
+            caller = packed;
+        }
+    }
+
+    // Moves columns [c0, c0 + width) of every row between the tile and the caller's matrix,
+    // walking it along whichever of its dimensions is contiguous (for right solves, B's rows are
+    // the tile's columns).
+    template <class U>
+    void copy_tile(const canonical<U>& m, std::size_t c0, std::size_t width)
     {
         if (std::abs(m.row_step) == 1 && lanes::width > 1) {
-            transpose_tile(m, c0, width, move);
+            transpose_tile(m, c0, width);
         } else if (std::abs(m.row_step) < std::abs(m.column_step)) {
             for (std::size_t c = 0; c < width; ++c) {
                 for (std::size_t i = 0; i < n_; ++i) {
-                    move(tile_[i * NR + c], m(i, c0 + c));
+                    transfer(tile_[i * NR + c], m(i, c0 + c));
                 }
             }
         } else {
             for (std::size_t i = 0; i < n_; ++i) {
                 for (std::size_t c = 0; c < width; ++c) {
-                    move(tile_[i * NR + c], m(i, c0 + c));
+                    transfer(tile_[i * NR + c], m(i, c0 + c));
                 }
             }
         }
@@ -311,8 +324,8 @@ private:
     // copy_tile where the caller's canonical rows are adjacent elements (right solves): whole
     // width x width blocks move as vectors through a transpose, the remainders one by one.
     // Reversed rows (row_step -1) are loaded from their lowest address and land in reverse.
-    template <class U, class Move>
-    void transpose_tile(const canonical<U>& m, std::size_t c0, std::size_t width, Move move)
+    template <class U>
+    void transpose_tile(const canonical<U>& m, std::size_t c0, std::size_t width)
     {
         constexpr std::size_t W = lanes::width;
         constexpr bool to_tile = std::is_const_v<U>;
@@ -324,7 +337,7 @@ private:
             for (std::size_t i0 = 0; i0 < rows; i0 += W) {
                 // Vector l of the caller's side holds caller row (c0 + cb + l), tile rows i0 .. i0 + W - 1.
                 const std::size_t lowest = reversed ? i0 + W - 1 : i0;
-                const auto tile_row = [&](std::size_t l) { return tiles_row(reversed ? i0 + W - 1 - l : i0 + l) + cb; };
+                const auto tile_row = [&](std::size_t l) { return packed_row(reversed ? i0 + W - 1 - l : i0 + l) + cb; };
                 if constexpr (to_tile) {
                     for (std::size_t l = 0; l < W; ++l) {
                         block[l] = lanes::load(&m(lowest, c0 + cb + l));
@@ -346,12 +359,12 @@ private:
         }
         for (std::size_t c = 0; c < width; ++c) {
             for (std::size_t i = c < columns ? rows : 0; i < n_; ++i) {
-                move(tile_[i * NR + c], m(i, c0 + c));
+                transfer(tile_[i * NR + c], m(i, c0 + c));
             }
         }
     }
 
-    [[nodiscard]] T* tiles_row(std::size_t i) noexcept { return tile_.data() + i * NR; }
+    [[nodiscard]] T* packed_row(std::size_t i) noexcept { return tile_.data() + i * NR; }
 
     // The diagonal of A's batch (a2, a3), ready for the kernel.
     void prepare_a(std::int64_t a2, std::int64_t a3)
@@ -423,7 +436,7 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
     const tri_problem p = check_solve_tri<T>(A, B, X, opt);
 
     // Work items are (batch, group of column tiles): whole batches when one thread runs them (so
-    // each A is packed once), else fine enough that every thread gets several items.
+    // each A's diagonal is prepared once), else fine enough that every thread gets several items.
     const std::size_t batches = static_cast<std::size_t>(p.batch2 * p.batch3);
     const std::size_t tiles = (static_cast<std::size_t>(p.k) + shape::columns - 1) / shape::columns;
     const std::size_t threads = pool == nullptr ? 1 : pool->size();
@@ -446,6 +459,19 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
     } else {
         pool->run(tasks, run_task);
     }
+}
+
+// The contiguous entry points: their sizes are checked before views (and byte strides) are built.
+template <class Arch, class T>
+void solve_tri_contiguous(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, const tri_options& opt,
+                          backend::cpu::thread_pool* pool)
+{
+    check_tri_sizes(n, k, batch);
+    // B and X hold n rows of k for left solves, k rows of n for right ones.
+    const std::int64_t columns = opt.left ? k : n;
+    const std::int64_t rows = opt.left ? n : k;
+    solve_tri_views<Arch, T>(tensor_view<const T>::contiguous(A, n, n, batch), tensor_view<const T>::contiguous(B, columns, rows, batch),
+                             tensor_view<T>::contiguous(X, columns, rows, batch), opt, pool);
 }
 
 } // namespace detail
@@ -473,22 +499,14 @@ void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
 {
-    detail::check_tri_sizes(n, k, batch);
-    const bool left = opt.left;
-    detail::solve_tri_views<Arch, T>(tensor_view<const T>::contiguous(A, n, n, batch),
-                                     left ? tensor_view<const T>::contiguous(B, k, n, batch) : tensor_view<const T>::contiguous(B, n, k, batch),
-                                     left ? tensor_view<T>::contiguous(X, k, n, batch) : tensor_view<T>::contiguous(X, n, k, batch), opt, nullptr);
+    detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, nullptr);
 }
 
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt,
                backend::cpu::thread_pool& pool)
 {
-    detail::check_tri_sizes(n, k, batch);
-    const bool left = opt.left;
-    detail::solve_tri_views<Arch, T>(tensor_view<const T>::contiguous(A, n, n, batch),
-                                     left ? tensor_view<const T>::contiguous(B, k, n, batch) : tensor_view<const T>::contiguous(B, n, k, batch),
-                                     left ? tensor_view<T>::contiguous(X, k, n, batch) : tensor_view<T>::contiguous(X, n, k, batch), opt, &pool);
+    detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, &pool);
 }
 
 } // namespace qk
