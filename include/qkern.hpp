@@ -21,3 +21,4 @@
 #include "kernels/quantize.hpp"
 #include "kernels/solve_tri.hpp"
 #include "kernels/tensor_view.hpp"
+#include "sampling/sampling.hpp"

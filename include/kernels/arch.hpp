@@ -71,4 +71,37 @@ using native = neon64;
 using native = generic;
 #endif
 
+// The tag of kernels written as plain xsimd arithmetic (solve_tri, the sampling passes):
+// qk::arch::native, or where the flags name no qkern tag (a baseline x86-64 build), the SIMD that
+// every such CPU has (SSE2). A tag named explicitly must be enabled by the compiler flags (xsimd
+// provides its vectors only then); generic is the scalar reference.
+#if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
+using vector_native = generic;
+#else
+using vector_native = std::conditional_t<std::is_same_v<native, generic>, xsimd::default_arch, native>;
+#endif
+
 } // namespace qk::arch
+
+namespace qk::detail {
+
+// qkern's own tags map to the xsimd tag whose vectors they use; qkern's avx2 includes FMA.
+template <class Tag>
+struct xsimd_arch_of {
+    using type = Tag;
+};
+template <>
+struct xsimd_arch_of<arch::avx2> {
+    using type = xsimd::fma3<xsimd::avx2>;
+};
+template <>
+struct xsimd_arch_of<arch::avx512vnni> {
+    using type = xsimd::avx512bw;
+};
+template <>
+struct xsimd_arch_of<arch::neon64_dotprod> {
+    using type = xsimd::neon64;
+};
+
+} // namespace qk::detail
+

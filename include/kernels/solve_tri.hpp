@@ -43,37 +43,13 @@ concept solve_tri_value = std::same_as<T, float> || std::same_as<T, double>;
 
 namespace arch {
 
-// The tag qk::solve_tri uses by default: qk::arch::native, or where the flags name no qkern tag
-// (a baseline x86-64 build), the SIMD that every such CPU has (SSE2), since these kernels are
-// plain xsimd arithmetic and need nothing newer. A tag named explicitly must be enabled by the
-// compiler flags (xsimd provides its vectors only then); generic is the scalar reference.
-#if defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
-using solve_tri_native = generic;
-#else
-using solve_tri_native = std::conditional_t<std::is_same_v<native, generic>, xsimd::default_arch, native>;
-#endif
+// The tag qk::solve_tri uses by default: qk::arch::vector_native (plain xsimd arithmetic, which
+// needs nothing newer than the baseline SIMD).
+using solve_tri_native = vector_native;
 
 } // namespace arch
 
 namespace detail {
-
-// qkern's own tags map to the xsimd tag whose vectors they use; qkern's avx2 includes FMA.
-template <class Tag>
-struct xsimd_arch_of {
-    using type = Tag;
-};
-template <>
-struct xsimd_arch_of<arch::avx2> {
-    using type = xsimd::fma3<xsimd::avx2>;
-};
-template <>
-struct xsimd_arch_of<arch::avx512vnni> {
-    using type = xsimd::avx512bw;
-};
-template <>
-struct xsimd_arch_of<arch::neon64_dotprod> {
-    using type = xsimd::neon64;
-};
 
 // The checked shape of one solve, and how its variant maps onto the canonical lower solve.
 struct tri_problem {

@@ -1,0 +1,162 @@
+// qk::sampling speed per token on whole vocabularies (32000, 152064, 256000 logits): the SIMD
+// softmax pass as the baseline, then greedy, dist and a typical llama.cpp-style chain, each also
+// reported as a multiple of the softmax pass (x_softmax). Built with -march=native
+// (bench/CMakeLists.txt) so that qk::arch::vector_native is the CPU's widest vector tag.
+#include <benchmark/benchmark.h>
+
+#include <sampling/sampling.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::string_view typical_chain = "penalties(last_n=64,repeat=1.1);top_k(40);top_p(0.95);min_p(0.05);temp(0.8);dist(seed=42)";
+
+// Logits shaped like a language model's: a broad body, normal with sigma 3 (the sum of 12
+// uniforms, so the values do not depend on the standard library's normal_distribution), and a
+// head of a few tokens well above it that together hold most of the probability. Without the
+// head, top_p would see a flat distribution and walk deep into the vocabulary, which real
+// models rarely make it do.
+std::vector<float> make_logits(std::size_t n)
+{
+    std::mt19937 engine(20250101);
+    std::vector<float> logits(n);
+    for (float& v : logits) {
+        double sum = 0.0;
+        for (int k = 0; k < 12; ++k) {
+            sum += static_cast<double>(engine()) / 4294967296.0;
+        }
+        v = static_cast<float>(3.0 * (sum - 6.0));
+    }
+    constexpr float head[] = {18.0f, 17.0f, 16.5f, 16.0f, 15.0f, 14.5f};
+    for (const float h : head) {
+        logits[engine() % n] = h;
+    }
+    return logits;
+}
+
+const std::vector<float>& logits_of(std::size_t n)
+{
+    static std::map<std::size_t, std::vector<float>> cache;
+    auto it = cache.find(n);
+    if (it == cache.end()) {
+        it = cache.emplace(n, make_logits(n)).first;
+    }
+    return it->second;
+}
+
+// One softmax pass's time on this vocabulary, measured once per process: the median of 15
+// batches of calls (each batch ~5 ms), so that a descheduled batch on a shared machine does not
+// move the baseline the ratios are formed against.
+double softmax_baseline_ns(std::size_t n)
+{
+    static std::map<std::size_t, double> cache;
+    if (const auto it = cache.find(n); it != cache.end()) {
+        return it->second;
+    }
+    const std::vector<float>& logits = logits_of(n);
+    std::vector<float> p(n);
+    std::vector<float> chunk_sums;
+    const auto batch = [&](std::size_t calls) {
+        const auto start = clock_type::now();
+        for (std::size_t i = 0; i < calls; ++i) {
+            benchmark::DoNotOptimize(qk::sampling::softmax(logits, p, chunk_sums));
+            benchmark::ClobberMemory();
+        }
+        return std::chrono::duration<double, std::nano>(clock_type::now() - start).count();
+    };
+    std::size_t calls = 1;
+    while (batch(calls) < 5e6 && calls < (std::size_t{1} << 20)) {
+        calls *= 2;
+    }
+    // ~0.1 s untimed first: the first measurement of a process otherwise runs on a cold core
+    // (clock ramp-up, fresh pages) and reads slower than the benchmark loops that follow.
+    for (int r = 0; r < 20; ++r) {
+        (void)batch(calls);
+    }
+    std::vector<double> per_call;
+    for (int r = 0; r < 15; ++r) {
+        per_call.push_back(batch(calls) / static_cast<double>(calls));
+    }
+    std::nth_element(per_call.begin(), per_call.begin() + 7, per_call.end());
+    return cache.emplace(n, per_call[7]).first->second;
+}
+
+// The counters every case reports. ns_per_token is this case's wall time over its timed loop
+// divided by the iterations (one token each); x_softmax = ns_per_token / softmax_baseline_ns(n),
+// both wall-clock times from the same process, so the ratio reads "this case costs x softmax
+// passes over the same logits". The softmax case's own x_softmax should be close to 1: how far
+// it is from 1 shows the noise in the ratios.
+void report(benchmark::State& state, std::size_t n, double loop_ns)
+{
+    const double ns = loop_ns / static_cast<double>(state.iterations());
+    state.SetItemsProcessed(state.iterations());
+    state.counters["ns_per_token"] = ns;
+    state.counters["x_softmax"] = ns / softmax_baseline_ns(n);
+}
+
+void softmax_pass(benchmark::State& state)
+{
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const std::vector<float>& logits = logits_of(n);
+    std::vector<float> p(n);
+    std::vector<float> chunk_sums;
+    (void)softmax_baseline_ns(n); // outside the timed loop
+    const auto start = clock_type::now();
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(qk::sampling::softmax(logits, p, chunk_sums));
+        benchmark::ClobberMemory();
+    }
+    report(state, n, std::chrono::duration<double, std::nano>(clock_type::now() - start).count());
+    state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(n * sizeof(float)));
+}
+
+// `warm_up` tokens are sampled (and accepted) before timing, so samplers with history start
+// from a full window; each timed iteration is then one chain.sample, as a decoding loop runs it.
+void chain_case(benchmark::State& state, std::string_view text, int warm_up)
+{
+    const auto n = static_cast<std::size_t>(state.range(0));
+    const std::vector<float>& logits = logits_of(n);
+    qk::sampling::chain chain = qk::sampling::chain::parse(text);
+    for (int i = 0; i < warm_up; ++i) {
+        (void)chain.sample(logits);
+    }
+    (void)softmax_baseline_ns(n);
+    const auto start = clock_type::now();
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(chain.sample(logits));
+    }
+    report(state, n, std::chrono::duration<double, std::nano>(clock_type::now() - start).count());
+    state.SetLabel(chain.describe());
+}
+
+void greedy_chain(benchmark::State& state) { chain_case(state, "greedy", 0); }
+void dist_chain(benchmark::State& state) { chain_case(state, "dist(seed=42)", 0); }
+// The penalty window (last_n = 64) is filled by the chain's own draws, as it would be after 64
+// steps of decoding; the timed loop keeps it in that steady state.
+void typical_chain_case(benchmark::State& state) { chain_case(state, typical_chain, 64); }
+
+void vocabularies(benchmark::internal::Benchmark* b)
+{
+    for (const std::int64_t n : {32000, 152064, 256000}) {
+        b->Arg(n);
+    }
+    b->ArgName("vocab")->MinTime(0.2)->Unit(benchmark::kMicrosecond);
+}
+
+} // namespace
+
+BENCHMARK(softmax_pass)->Apply(vocabularies);
+BENCHMARK(greedy_chain)->Apply(vocabularies);
+BENCHMARK(dist_chain)->Apply(vocabularies);
+BENCHMARK(typical_chain_case)->Name("typical_chain")->Apply(vocabularies);

@@ -1,0 +1,261 @@
+// qk::sampling::candidates: the set of tokens a chain's samplers narrow down, from a whole
+// vocabulary of logits to the one token a selecting sampler picks. It starts as a view of the
+// caller's logits (nothing copied) and becomes a list only when a sampler cuts it down, so the
+// common chain never copies, sorts or allocates for the whole vocabulary.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "../kernels/arch.hpp"
+#include "../kernels/error.hpp"
+#include "deterministic_math.hpp"
+#include "token_data.hpp"
+#include "vocabulary_scan.hpp"
+
+namespace qk::sampling {
+
+// Three forms, each a complete description of the set:
+//  - view: every token of the vocabulary, its logit read from the caller's span, except for a few
+//    tokens whose logits a sampler changed (penalties, biases: `patches`, sorted by id);
+//  - dense: every token, logits in an owned copy (when a sampler changes all of them);
+//  - list: some tokens as token_data, in an order samplers may rely on (`sorted`: by logit, high
+//    first, then by id) and with probabilities when `has_probabilities`.
+// NaN logits count as -inf throughout; a list never holds NaN.
+class candidates {
+public:
+    enum class form : std::uint8_t { view, dense, list };
+
+    candidates() = default;
+
+    // Starts a step on the caller's logits, which must stay alive and unchanged until the step's
+    // result has been read. An empty vocabulary, or one whose ids do not fit std::int32_t: qk::error.
+    void reset(std::span<const float> logits)
+    {
+        if (logits.empty()) {
+            qk::detail::fail("qk::sampling: the logits span is empty; a vocabulary needs at least one token");
+        }
+        if (logits.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+            qk::detail::fail("qk::sampling: ", logits.size(), " logits exceed the token id type (at most ",
+                             std::numeric_limits<std::int32_t>::max(), ")");
+        }
+        base_ = logits.data();
+        vocab_ = static_cast<std::int32_t>(logits.size());
+        form_ = form::view;
+        patches_.clear();
+        list_.clear();
+        sorted_ = false;
+        has_probabilities_ = false;
+        selected_ = -1;
+    }
+
+    [[nodiscard]] form current() const noexcept { return form_; }
+    [[nodiscard]] std::int32_t vocab_size() const noexcept { return vocab_; }
+    [[nodiscard]] std::size_t size() const noexcept { return form_ == form::list ? list_.size() : static_cast<std::size_t>(vocab_); }
+    [[nodiscard]] bool whole_vocabulary() const noexcept { return form_ != form::list; }
+
+    // --- view and dense forms ---
+
+    // The caller's logits (view form).
+    [[nodiscard]] const float* base() const noexcept { return base_; }
+    // The changed logits of the view form, by id.
+    [[nodiscard]] std::span<const std::pair<std::int32_t, float>> patches() const noexcept { return patches_; }
+
+    // Every token's current logit, in id order: the caller's span itself while nothing changed.
+    [[nodiscard]] const float* vocabulary_logits()
+    {
+        if (form_ == form::view && patches_.empty()) {
+            return base_;
+        }
+        return dense().data();
+    }
+
+    // Every token's logit, writable: copies the view into the dense form first.
+    [[nodiscard]] std::span<float> dense()
+    {
+        require_whole("dense()");
+        if (form_ == form::view) {
+            dense_.assign(base_, base_ + vocab_);
+            for (const auto& [id, logit] : patches_) {
+                dense_[static_cast<std::size_t>(id)] = logit;
+            }
+            patches_.clear();
+            form_ = form::dense;
+        }
+        return {dense_.data(), dense_.size()};
+    }
+
+    [[nodiscard]] float logit(std::int32_t id) const
+    {
+        if (form_ == form::dense) {
+            return dense_[static_cast<std::size_t>(id)];
+        }
+        const auto it = find_patch(id);
+        return it != patches_.end() && it->first == id ? it->second : base_[id];
+    }
+
+    // Changes one token's logit in the view or dense form (id in [0, vocab_size())).
+    void set_logit(std::int32_t id, float value)
+    {
+        require_whole("set_logit()");
+        if (form_ == form::dense) {
+            dense_[static_cast<std::size_t>(id)] = value;
+            return;
+        }
+        const auto it = find_patch(id);
+        if (it != patches_.end() && it->first == id) {
+            it->second = value;
+        } else {
+            patches_.insert(it, {id, value});
+        }
+    }
+
+    [[nodiscard]] bool patched(std::int32_t id) const noexcept
+    {
+        const auto it = find_patch(id);
+        return it != patches_.end() && it->first == id;
+    }
+
+    // --- list form ---
+
+    // The candidates as a list, converting a whole vocabulary into one (in id order) if needed.
+    [[nodiscard]] std::vector<token_data>& list()
+    {
+        if (form_ != form::list) {
+            const float* x = vocabulary_logits();
+            list_.resize(static_cast<std::size_t>(vocab_));
+            for (std::int32_t i = 0; i < vocab_; ++i) {
+                const float v = x[i];
+                list_[static_cast<std::size_t>(i)] = {i, v == v ? v : detail::minus_infinity, 0.0f};
+            }
+            form_ = form::list;
+            sorted_ = false;
+            has_probabilities_ = false;
+        }
+        return list_;
+    }
+
+    // Replaces the set by `list_` after a sampler filled it through assign_list() or spare().
+    void assign_list(bool sorted)
+    {
+        form_ = form::list;
+        sorted_ = sorted;
+        has_probabilities_ = false;
+    }
+    // The list buffer for a sampler that builds the new set from the whole vocabulary (its
+    // capacity is kept across steps).
+    [[nodiscard]] std::vector<token_data>& list_buffer() noexcept { return list_; }
+
+    [[nodiscard]] bool sorted() const noexcept { return form_ == form::list && sorted_; }
+    [[nodiscard]] bool has_probabilities() const noexcept { return form_ == form::list && has_probabilities_; }
+
+    // Sorts the list by logit, high first, then by id.
+    void sort()
+    {
+        auto& l = list();
+        if (!sorted_) {
+            std::sort(l.begin(), l.end(), detail::ranks_before);
+            sorted_ = true;
+        }
+    }
+
+    // A sampler that changed logits in the list says so; `order_kept` when the list is still
+    // sorted (a positive scaling of every logit, a truncation).
+    void logits_changed(bool order_kept) noexcept
+    {
+        sorted_ = sorted_ && order_kept;
+        has_probabilities_ = false;
+    }
+    void truncate(std::size_t n)
+    {
+        auto& l = list();
+        if (n < l.size()) {
+            l.resize(n);
+            has_probabilities_ = false;
+        }
+    }
+
+    // Fills every p in the list with the softmax of the logits (in list order: max, then exp of
+    // the differences, summed in order, times the reciprocal of the sum). A set whose logits are
+    // all -inf, or one with a +inf logit: qk::error.
+    void compute_probabilities()
+    {
+        auto& l = list();
+        if (has_probabilities_) {
+            return;
+        }
+        float max = detail::minus_infinity;
+        for (const auto& t : l) {
+            max = t.logit > max ? t.logit : max;
+        }
+        check_max(max);
+        float sum = 0.0f;
+        for (auto& t : l) {
+            t.p = detail::exp(t.logit - max);
+            sum = sum + t.p;
+        }
+        const float factor = 1.0f / sum;
+        for (auto& t : l) {
+            t.p = t.p * factor;
+        }
+        has_probabilities_ = true;
+    }
+
+    // --- selection ---
+
+    [[nodiscard]] std::int32_t selected() const noexcept { return selected_; }
+    void select(std::int32_t token) noexcept { selected_ = token; }
+
+    // Raises the error for a set with no candidate above -inf, or with a +inf logit.
+    void check_max(float max) const
+    {
+        if (!(max > detail::minus_infinity)) {
+            qk::detail::fail("qk::sampling: every candidate's logit is -inf or NaN (", size(), " candidates of a ", vocab_,
+                             "-token vocabulary); nothing can be sampled");
+        }
+        if (max == std::numeric_limits<float>::infinity()) {
+            qk::detail::fail("qk::sampling: a logit is +inf; logits must be finite or -inf");
+        }
+    }
+
+    // Scratch space for whole-vocabulary passes (chunk sums), kept across steps.
+    [[nodiscard]] std::vector<float>& chunk_sums() noexcept { return chunk_sums_; }
+
+private:
+    void require_whole(const char* what) const
+    {
+        if (form_ == form::list) {
+            qk::detail::fail("qk::sampling::candidates::", what, ": the set is a list of ", list_.size(),
+                             " candidates, not a whole vocabulary");
+        }
+    }
+
+    using patch_iterator = std::vector<std::pair<std::int32_t, float>>::iterator;
+    using patch_const_iterator = std::vector<std::pair<std::int32_t, float>>::const_iterator;
+    [[nodiscard]] patch_iterator find_patch(std::int32_t id) noexcept
+    {
+        return std::lower_bound(patches_.begin(), patches_.end(), id, [](const auto& p, std::int32_t v) { return p.first < v; });
+    }
+    [[nodiscard]] patch_const_iterator find_patch(std::int32_t id) const noexcept
+    {
+        return std::lower_bound(patches_.begin(), patches_.end(), id, [](const auto& p, std::int32_t v) { return p.first < v; });
+    }
+
+    const float* base_ = nullptr;
+    std::int32_t vocab_ = 0;
+    form form_ = form::view;
+    std::vector<std::pair<std::int32_t, float>> patches_;
+    std::vector<float> dense_;
+    std::vector<token_data> list_;
+    std::vector<float> chunk_sums_;
+    bool sorted_ = false;
+    bool has_probabilities_ = false;
+    std::int32_t selected_ = -1;
+};
+
+} // namespace qk::sampling

@@ -1,0 +1,279 @@
+// qk::sampling::chain: samplers applied in order to one step's logits, ending with one that
+// selects the token. Built in code with add(), or parsed from a string such as
+// "penalties(last_n=64,repeat=1.1);top_k(40);top_p(0.95);min_p(0.05);temp(0.8);dist(seed=42)".
+// A chain is itself a sampler (it can be added to another), and copying it copies all its state.
+#pragma once
+
+#include <cctype>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../kernels/error.hpp"
+#include "candidates.hpp"
+#include "parameters.hpp"
+#include "sampler.hpp"
+#include "samplers/dist.hpp"
+#include "samplers/dry.hpp"
+#include "samplers/greedy.hpp"
+#include "samplers/logit_bias.hpp"
+#include "samplers/min_p.hpp"
+#include "samplers/mirostat.hpp"
+#include "samplers/penalties.hpp"
+#include "samplers/temperature.hpp"
+#include "samplers/top_k.hpp"
+#include "samplers/top_n_sigma.hpp"
+#include "samplers/top_p.hpp"
+#include "samplers/typical.hpp"
+#include "samplers/xtc.hpp"
+
+namespace qk::sampling {
+
+class chain {
+public:
+    static constexpr bool selects = true;
+
+    chain() = default;
+
+    chain& add(sampler s)
+    {
+        samplers_.push_back(std::move(s));
+        return *this;
+    }
+
+    // Parses `name(args);name(args);...`. Names: greedy, dist, temp (temperature), temp_ext
+    // (dynatemp), top_k, top_p, min_p, typical (typ_p), top_n_sigma, xtc, mirostat, mirostat_v2,
+    // penalties, dry, logit_bias; each header lists its parameters in positional order. Unknown
+    // names, bad values, empty parts, or a chain whose last sampler selects nothing: qk::error
+    // naming the part.
+    [[nodiscard]] static chain parse(std::string_view text)
+    {
+        chain result;
+        std::size_t start = 0;
+        std::size_t index = 0;
+        while (start <= text.size()) {
+            const std::size_t end = find_top_level(text, ';', start);
+            const std::string_view part = trim(text.substr(start, end - start));
+            ++index;
+            if (part.empty()) {
+                if (end == text.size() && index > 1) {
+                    break; // one trailing ';'
+                }
+                qk::detail::fail("qk::sampling::chain::parse: sampler ", index, " of '", text, "' is empty");
+            }
+            result.add(parse_one(part));
+            if (end == text.size()) {
+                break;
+            }
+            start = end + 1;
+        }
+        result.check_selects("qk::sampling::chain::parse");
+        return result;
+    }
+
+    // Samples one token from the logits (NaN counts as -inf) and accepts it.
+    std::int32_t sample(std::span<const float> logits)
+    {
+        const std::int32_t token = select(logits);
+        accept(token);
+        return token;
+    }
+
+    // Runs the chain without accepting: the token the chain selects. final_candidates() then
+    // gives the set it was selected from.
+    std::int32_t select(std::span<const float> logits)
+    {
+        check_selects("qk::sampling::chain::sample");
+        candidates_.reset(logits);
+        // Checked before any sampler runs, so that an error leaves every sampler as it was.
+        if (detail::find_finite<arch::vector_native>(logits.data(), logits.size()) == logits.size()) {
+            qk::detail::fail("qk::sampling::chain: all ", logits.size(), " logits are -inf or NaN; nothing can be sampled");
+        }
+        apply(candidates_);
+        return candidates_.selected();
+    }
+
+    // The candidates the last select() or sample() chose from, with probabilities (the softmax of
+    // their final logits), in the chain's final order. Converts a whole vocabulary into a list.
+    [[nodiscard]] std::span<const token_data> final_candidates()
+    {
+        if (candidates_.size() == 0 || candidates_.selected() < 0) {
+            qk::detail::fail("qk::sampling::chain::final_candidates: nothing has been sampled yet");
+        }
+        candidates_.compute_probabilities();
+        return candidates_.list();
+    }
+
+    // The chain as a sampler.
+    void apply(candidates& c)
+    {
+        for (auto& s : samplers_) {
+            s.apply(c);
+        }
+    }
+    void accept(std::int32_t token)
+    {
+        detail::check_token("chain", token);
+        for (auto& s : samplers_) {
+            s.accept(token);
+        }
+    }
+    void reseed(std::uint64_t seed)
+    {
+        for (auto& s : samplers_) {
+            s.reseed(seed);
+        }
+    }
+    void reset()
+    {
+        for (auto& s : samplers_) {
+            s.reset();
+        }
+    }
+
+    [[nodiscard]] std::string describe() const
+    {
+        std::string s;
+        for (const auto& x : samplers_) {
+            s += s.empty() ? "" : ";";
+            s += x.describe();
+        }
+        return s;
+    }
+
+    [[nodiscard]] std::size_t size() const noexcept { return samplers_.size(); }
+    [[nodiscard]] sampler& operator[](std::size_t i) { return samplers_.at(i); }
+    [[nodiscard]] const sampler& operator[](std::size_t i) const { return samplers_.at(i); }
+
+private:
+    void check_selects(const char* where) const
+    {
+        if (samplers_.empty()) {
+            qk::detail::fail(where, ": the chain is empty; it needs a selecting sampler (greedy, dist, mirostat, mirostat_v2)");
+        }
+        if (!samplers_.back().selects()) {
+            qk::detail::fail(where, ": the chain ends with '", samplers_.back().describe(),
+                             "', which selects no token; end it with greedy, dist, mirostat or mirostat_v2");
+        }
+    }
+
+    [[nodiscard]] static std::string_view trim(std::string_view s) noexcept
+    {
+        while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
+            s.remove_prefix(1);
+        }
+        while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
+            s.remove_suffix(1);
+        }
+        return s;
+    }
+
+    // The first `c` at bracket depth 0 from `start`, or the end.
+    [[nodiscard]] static std::size_t find_top_level(std::string_view s, char c, std::size_t start) noexcept
+    {
+        int depth = 0;
+        for (std::size_t i = start; i < s.size(); ++i) {
+            if (s[i] == c && depth == 0) {
+                return i;
+            }
+            if (s[i] == '(' || s[i] == '[') {
+                ++depth;
+            } else if (s[i] == ')' || s[i] == ']') {
+                --depth;
+            }
+        }
+        return s.size();
+    }
+
+    [[nodiscard]] static sampler parse_one(std::string_view part)
+    {
+        const std::size_t open = part.find('(');
+        const std::string_view name = trim(part.substr(0, open));
+        std::vector<argument> args;
+        if (open != std::string_view::npos) {
+            if (part.back() != ')' || find_top_level(part, ')', open + 1) != part.size() - 1) {
+                qk::detail::fail("qk::sampling::chain::parse: '", part, "': the argument list must end with one ')'");
+            }
+            const std::string_view inner = part.substr(open + 1, part.size() - open - 2);
+            std::size_t start = 0;
+            while (!trim(inner).empty() && start <= inner.size()) {
+                const std::size_t end = find_top_level(inner, ',', start);
+                const std::string_view item = trim(inner.substr(start, end - start));
+                if (item.empty()) {
+                    qk::detail::fail("qk::sampling::chain::parse: '", part, "': an empty argument");
+                }
+                const std::size_t eq = item.find('=');
+                if (eq == std::string_view::npos) {
+                    args.push_back({"", std::string(item)});
+                } else {
+                    const std::string_view key = trim(item.substr(0, eq));
+                    const std::string_view value = trim(item.substr(eq + 1));
+                    if (key.empty() || value.empty()) {
+                        qk::detail::fail("qk::sampling::chain::parse: '", part, "': '", item, "' needs the form key=value");
+                    }
+                    args.push_back({std::string(key), std::string(value)});
+                }
+                if (end == inner.size()) {
+                    break;
+                }
+                start = end + 1;
+            }
+        }
+        if (name == "greedy") {
+            return greedy::from_arguments(std::move(args));
+        }
+        if (name == "dist") {
+            return dist::from_arguments(std::move(args));
+        }
+        if (name == "temp" || name == "temperature") {
+            return temp::from_arguments(std::move(args));
+        }
+        if (name == "temp_ext" || name == "dynatemp") {
+            return temp_ext::from_arguments(std::move(args));
+        }
+        if (name == "top_k") {
+            return top_k::from_arguments(std::move(args));
+        }
+        if (name == "top_p") {
+            return top_p::from_arguments(std::move(args));
+        }
+        if (name == "min_p") {
+            return min_p::from_arguments(std::move(args));
+        }
+        if (name == "typical" || name == "typ_p") {
+            return typical::from_arguments(std::move(args));
+        }
+        if (name == "top_n_sigma") {
+            return top_n_sigma::from_arguments(std::move(args));
+        }
+        if (name == "xtc") {
+            return xtc::from_arguments(std::move(args));
+        }
+        if (name == "mirostat") {
+            return mirostat::from_arguments(std::move(args));
+        }
+        if (name == "mirostat_v2") {
+            return mirostat_v2::from_arguments(std::move(args));
+        }
+        if (name == "penalties") {
+            return penalties::from_arguments(std::move(args));
+        }
+        if (name == "dry") {
+            return dry::from_arguments(std::move(args));
+        }
+        if (name == "logit_bias") {
+            return logit_bias::from_arguments(std::move(args));
+        }
+        qk::detail::fail("qk::sampling::chain::parse: unknown sampler '", name, "' in '", part,
+                         "' (known: greedy, dist, temp, temp_ext, top_k, top_p, min_p, typical, top_n_sigma, xtc, mirostat, "
+                         "mirostat_v2, penalties, dry, logit_bias)");
+    }
+
+    std::vector<sampler> samplers_;
+    candidates candidates_;
+};
+
+} // namespace qk::sampling

@@ -1,0 +1,90 @@
+// dist: the seeded categorical draw. With p the softmax of the candidates' logits and u a uniform
+// number in [0, 1) from the sampler's generator, it selects the first candidate (in the set's
+// order: id order over a whole vocabulary) at which the running sum of p exceeds u times the sum
+// of p. Over a whole vocabulary this is one SIMD pass for the maximum and one for the exp sums per
+// chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../candidates.hpp"
+#include "../parameters.hpp"
+#include "../random.hpp"
+
+namespace qk::sampling {
+
+namespace detail {
+
+// The list index the draw over a list with probabilities lands on: the first whose running sum
+// (in double) exceeds u times the sum, or the last with p > 0 where rounding leaves it short.
+[[nodiscard]] inline std::size_t draw_index(const std::vector<token_data>& l, double u) noexcept
+{
+    double total = 0;
+    for (const auto& t : l) {
+        total += t.p;
+    }
+    const double threshold = u * total;
+    double running = 0;
+    std::size_t last = 0;
+    for (std::size_t i = 0; i < l.size(); ++i) {
+        if (l[i].p > 0.0f) {
+            last = i;
+            running += l[i].p;
+            if (running > threshold) {
+                return i;
+            }
+        }
+    }
+    return last;
+}
+
+// Draws over whatever form the candidates have and returns the token.
+[[nodiscard]] inline std::int32_t draw_token(candidates& c, double u)
+{
+    if (c.whole_vocabulary()) {
+        const float* x = c.vocabulary_logits();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        const float max = max_logit<arch::vector_native>(x, n);
+        c.check_max(max);
+        auto& sums = c.chunk_sums();
+        sums.resize(chunk_count(n));
+        const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
+        return static_cast<std::int32_t>(draw<arch::vector_native>(x, n, max, sums.data(), total, u));
+    }
+    c.compute_probabilities();
+    return c.list()[draw_index(c.list(), u)].id;
+}
+
+} // namespace detail
+
+class dist {
+public:
+    static constexpr bool selects = true;
+    static constexpr const char* name = "dist";
+
+    explicit dist(std::uint64_t seed = 0) : seed_(seed), random_(seed, stream::dist) {}
+
+    void apply(candidates& c) { c.select(detail::draw_token(c, random_.uniform())); }
+    void reseed(std::uint64_t seed)
+    {
+        seed_ = seed;
+        random_.reseed(seed);
+    }
+
+    [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
+    [[nodiscard]] std::string describe() const { return qk::detail::message("dist(seed=", seed_, ")"); }
+
+    static dist from_arguments(std::vector<argument> given)
+    {
+        const arguments args(name, std::move(given), {"seed"});
+        return dist(args.seed("seed", 0));
+    }
+
+private:
+    std::uint64_t seed_;
+    random_source random_;
+};
+
+} // namespace qk::sampling

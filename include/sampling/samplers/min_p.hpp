@@ -1,0 +1,93 @@
+// min_p: keeps the candidates whose probability is at least p times the largest one, i.e. whose
+// logit is at least max + log(p) (inclusive), in their current order. If fewer than min_keep
+// pass, it keeps the min_keep best instead (sorted). p <= 0 keeps everything. Over a whole
+// vocabulary: one SIMD max pass and one SIMD filter pass, no sort.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../candidates.hpp"
+#include "../parameters.hpp"
+#include "top_k.hpp"
+
+namespace qk::sampling {
+
+class min_p {
+public:
+    static constexpr bool selects = false;
+    static constexpr const char* name = "min_p";
+
+    explicit min_p(float p, std::size_t min_keep = 1) : p_(p), min_keep_(min_keep)
+    {
+        if (!(p == p)) {
+            qk::detail::fail("qk::sampling::min_p: p is NaN");
+        }
+    }
+
+    void apply(candidates& c) const
+    {
+        if (p_ <= 0.0f || c.size() == 0) {
+            return;
+        }
+        const float log_p = detail::log(p_);
+        if (c.whole_vocabulary()) {
+            const float* x = c.vocabulary_logits();
+            const auto n = static_cast<std::size_t>(c.vocab_size());
+            const float max = detail::max_logit<arch::vector_native>(x, n);
+            if (!(max > detail::minus_infinity)) {
+                return; // nothing to cut; the selecting sampler reports the empty set
+            }
+            auto& out = c.list_buffer();
+            out.clear();
+            detail::filter_at_least<arch::vector_native>(x, n, max + log_p, out);
+            if (out.size() >= min_keep_) {
+                c.assign_list(false);
+            } else if (min_keep_ < n) {
+                detail::keep_top_k(c, min_keep_);
+            }
+            return;
+        }
+        auto& l = c.list();
+        float max = detail::minus_infinity;
+        for (const auto& t : l) {
+            max = t.logit > max ? t.logit : max;
+        }
+        if (!(max > detail::minus_infinity)) {
+            return;
+        }
+        const float threshold = max + log_p;
+        const auto passing = static_cast<std::size_t>(
+            std::count_if(l.begin(), l.end(), [threshold](const token_data& t) { return t.logit >= threshold; }));
+        if (passing >= min_keep_) {
+            const bool was_sorted = c.sorted();
+            l.erase(std::remove_if(l.begin(), l.end(), [threshold](const token_data& t) { return !(t.logit >= threshold); }),
+                    l.end());
+            c.assign_list(was_sorted);
+        } else if (min_keep_ < l.size()) {
+            detail::keep_top_k(c, min_keep_);
+        }
+    }
+
+    [[nodiscard]] float p() const noexcept { return p_; }
+    [[nodiscard]] std::size_t min_keep() const noexcept { return min_keep_; }
+    [[nodiscard]] std::string describe() const { return qk::detail::message("min_p(p=", detail::shortest{p_}, ",min_keep=", min_keep_, ")"); }
+
+    static min_p from_arguments(std::vector<argument> given)
+    {
+        const arguments args(name, std::move(given), {"p", "min_keep"});
+        const std::int64_t min_keep = args.integer("min_keep", 1);
+        if (min_keep < 0) {
+            args.fail("min_keep=", min_keep, " is negative");
+        }
+        return min_p(args.number("p", 0.05f), static_cast<std::size_t>(min_keep));
+    }
+
+private:
+    float p_;
+    std::size_t min_keep_;
+};
+
+} // namespace qk::sampling

@@ -1,0 +1,142 @@
+// penalties: repetition, frequency and presence penalties over the last `last_n` accepted tokens
+// (-1: every token accepted since reset). A candidate that occurred c > 0 times there gets its
+// logit multiplied by `repeat` if it is <= 0, divided by it otherwise, and then lowered by
+// c * frequency + presence. last_n = 0, or repeat = 1 with frequency = presence = 0, changes
+// nothing. Over a whole vocabulary only the tokens in the history are touched.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../candidates.hpp"
+#include "../parameters.hpp"
+#include "../sampler.hpp"
+
+namespace qk::sampling {
+
+class penalties {
+public:
+    static constexpr bool selects = false;
+    static constexpr const char* name = "penalties";
+
+    struct config {
+        std::int32_t last_n = 64;
+        float repeat = 1.0f;
+        float frequency = 0.0f;
+        float presence = 0.0f;
+    };
+
+    explicit penalties(config cfg) : cfg_(cfg)
+    {
+        if (cfg.last_n < -1 || !(cfg.repeat == cfg.repeat) || !(cfg.frequency == cfg.frequency) || !(cfg.presence == cfg.presence)) {
+            qk::detail::fail("qk::sampling::penalties: last_n=", cfg.last_n, ", repeat=", cfg.repeat, ", frequency=", cfg.frequency,
+                             ", presence=", cfg.presence, ": last_n must be -1 or more and the factors numbers");
+        }
+        if (cfg.last_n > 0) {
+            history_.reserve(static_cast<std::size_t>(cfg.last_n));
+            counts_.reserve(static_cast<std::size_t>(cfg.last_n) + 1);
+        }
+    }
+
+    void apply(candidates& c) const
+    {
+        if (cfg_.last_n == 0 || (cfg_.repeat == 1.0f && cfg_.frequency == 0.0f && cfg_.presence == 0.0f) || counts_.empty()) {
+            return;
+        }
+        if (c.whole_vocabulary()) {
+            for (const auto& [token, count] : counts_) {
+                if (token < c.vocab_size()) {
+                    c.set_logit(token, penalize(c.logit(token), count));
+                }
+            }
+            return;
+        }
+        for (auto& t : c.list()) {
+            const auto it = find(t.id);
+            if (it != counts_.end() && it->first == t.id) {
+                t.logit = penalize(t.logit, it->second);
+            }
+        }
+        c.logits_changed(false);
+    }
+
+    void accept(std::int32_t token)
+    {
+        detail::check_token(name, token);
+        if (cfg_.last_n == 0) {
+            return;
+        }
+        if (cfg_.last_n > 0 && history_.size() == static_cast<std::size_t>(cfg_.last_n)) {
+            const std::int32_t old = history_[next_];
+            const auto it = find(old);
+            if (--it->second == 0) {
+                counts_.erase(it);
+            }
+            history_[next_] = token;
+            next_ = (next_ + 1) % history_.size();
+        } else {
+            history_.push_back(token);
+        }
+        const auto it = find(token);
+        if (it != counts_.end() && it->first == token) {
+            ++it->second;
+        } else {
+            counts_.insert(it, {token, 1});
+        }
+    }
+
+    void reset()
+    {
+        history_.clear();
+        counts_.clear();
+        next_ = 0;
+    }
+
+    // How often each token occurs in the window, by token.
+    [[nodiscard]] const std::vector<std::pair<std::int32_t, std::int32_t>>& counts() const noexcept { return counts_; }
+
+    [[nodiscard]] std::string describe() const
+    {
+        return qk::detail::message("penalties(last_n=", cfg_.last_n, ",repeat=", detail::shortest{cfg_.repeat}, ",frequency=", detail::shortest{cfg_.frequency},
+                                   ",presence=", detail::shortest{cfg_.presence}, ")");
+    }
+
+    static penalties from_arguments(std::vector<argument> given)
+    {
+        const arguments args(name, std::move(given), {"last_n", "repeat", "frequency", "presence"});
+        const std::int64_t last_n = args.integer("last_n", 64);
+        if (last_n < -1 || last_n > std::numeric_limits<std::int32_t>::max()) {
+            args.fail("last_n=", last_n, ": must be -1 (everything) or a count");
+        }
+        return penalties(config{static_cast<std::int32_t>(last_n), args.number("repeat", 1.0f), args.number("frequency", 0.0f),
+                                args.number("presence", 0.0f)});
+    }
+
+private:
+    [[nodiscard]] float penalize(float logit, std::int32_t count) const noexcept
+    {
+        const float scaled = logit <= 0.0f ? logit * cfg_.repeat : logit / cfg_.repeat;
+        return scaled - (detail::opaque(static_cast<float>(count) * cfg_.frequency) + cfg_.presence);
+    }
+
+    using count_iterator = std::vector<std::pair<std::int32_t, std::int32_t>>::iterator;
+    using count_const_iterator = std::vector<std::pair<std::int32_t, std::int32_t>>::const_iterator;
+    [[nodiscard]] count_iterator find(std::int32_t token)
+    {
+        return std::lower_bound(counts_.begin(), counts_.end(), token, [](const auto& e, std::int32_t t) { return e.first < t; });
+    }
+    [[nodiscard]] count_const_iterator find(std::int32_t token) const
+    {
+        return std::lower_bound(counts_.begin(), counts_.end(), token, [](const auto& e, std::int32_t t) { return e.first < t; });
+    }
+
+    config cfg_;
+    std::vector<std::int32_t> history_; // a ring of the last last_n tokens once full
+    std::size_t next_ = 0;              // the oldest entry of the full ring
+    std::vector<std::pair<std::int32_t, std::int32_t>> counts_;
+};
+
+} // namespace qk::sampling

@@ -1,0 +1,86 @@
+// top_k: keeps the k candidates with the largest logits (ties: lower id first), sorted; k <= 0,
+// or k at least the set's size, keeps everything. Over a whole vocabulary it is one SIMD pass
+// against the k-th best seen so far (a heap of k), so no sort of the vocabulary ever happens.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../candidates.hpp"
+#include "../parameters.hpp"
+
+namespace qk::sampling {
+
+namespace detail {
+
+// Makes the candidates the k best, sorted (k >= 1 and less than the set's size).
+inline void keep_top_k(candidates& c, std::size_t k)
+{
+    if (c.whole_vocabulary()) {
+        auto& out = c.list_buffer();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        if (c.current() == candidates::form::view && !c.patches().empty()) {
+            // Changed logits are left out of the scan and offered afterwards with their new values.
+            top_k_scan<arch::vector_native>(c.base(), n, k, out,
+                                            [&c](std::size_t i) { return c.patched(static_cast<std::int32_t>(i)); });
+            for (const auto& [id, value] : c.patches()) {
+                const token_data t{id, value == value ? value : minus_infinity, 0.0f};
+                if (out.size() == k) {
+                    if (!ranks_before(t, out.back())) {
+                        continue;
+                    }
+                    out.pop_back();
+                }
+                out.insert(std::upper_bound(out.begin(), out.end(), t, ranks_before), t);
+            }
+        } else {
+            top_k_scan<arch::vector_native>(c.vocabulary_logits(), n, k, out, [](std::size_t) { return false; });
+        }
+        c.assign_list(true);
+        return;
+    }
+    auto& l = c.list();
+    if (!c.sorted()) {
+        std::partial_sort(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(k), l.end(), ranks_before);
+    }
+    l.resize(k);
+    c.assign_list(true);
+}
+
+} // namespace detail
+
+class top_k {
+public:
+    static constexpr bool selects = false;
+    static constexpr const char* name = "top_k";
+
+    explicit top_k(std::int32_t k) : k_(k) {}
+
+    void apply(candidates& c) const
+    {
+        if (k_ <= 0 || static_cast<std::size_t>(k_) >= c.size()) {
+            return;
+        }
+        detail::keep_top_k(c, static_cast<std::size_t>(k_));
+    }
+
+    [[nodiscard]] std::int32_t k() const noexcept { return k_; }
+    [[nodiscard]] std::string describe() const { return qk::detail::message("top_k(k=", k_, ")"); }
+
+    static top_k from_arguments(std::vector<argument> given)
+    {
+        const arguments args(name, std::move(given), {"k"});
+        const std::int64_t k = args.integer("k", 40);
+        if (k > std::numeric_limits<std::int32_t>::max() || k < std::numeric_limits<std::int32_t>::min()) {
+            args.fail("k=", k, " does not fit the token id type");
+        }
+        return top_k(static_cast<std::int32_t>(k));
+    }
+
+private:
+    std::int32_t k_;
+};
+
+} // namespace qk::sampling

@@ -1,0 +1,365 @@
+// The SIMD passes over a whole vocabulary of logits that keep the common sampling path free of
+// sorting: the largest logit, exp sums in a fixed order, softmax, the categorical draw, top-k
+// selection and threshold filtering. Each gives the same bits on every architecture tag (the sums
+// have one order, fixed below, that every vector width reproduces); generic is the reference.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "../kernels/arch.hpp"
+#include "../kernels/error.hpp"
+#include "deterministic_math.hpp"
+#include "token_data.hpp"
+
+namespace qk::sampling::detail {
+
+// Sums run over chunks of this many logits, and within a chunk over 16 lanes: element j of a chunk
+// goes to lane j % 16, and the lanes are added as a tree (lane i += lane i + 8, then + 4, + 2,
+// + 1). Chunk sums are then added in order, in double. Every vector width (4, 8 or 16 floats)
+// and the scalar reference follow exactly this order.
+inline constexpr std::size_t chunk_size = 1024;
+inline constexpr std::size_t sum_lanes = 16;
+
+[[nodiscard]] inline std::size_t chunk_count(std::size_t n) noexcept
+{
+    return (n + chunk_size - 1) / chunk_size;
+}
+
+template <class Arch>
+inline constexpr bool is_scalar = std::is_same_v<Arch, arch::generic>;
+
+template <class Arch>
+using simd_of = typename qk::detail::xsimd_arch_of<Arch>::type;
+
+inline constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
+
+[[nodiscard]] inline float tree_sum(std::array<float, sum_lanes>& s) noexcept
+{
+    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2) {
+        for (std::size_t i = 0; i < half; ++i) {
+            s[i] = s[i] + s[i + half];
+        }
+    }
+    return s[0];
+}
+
+// The largest logit, NaN counted as -inf; -inf when there is none larger.
+template <class Arch>
+[[nodiscard]] float max_logit(const float* x, std::size_t n) noexcept
+{
+    float best = minus_infinity;
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        V a(minus_infinity);
+        V b(minus_infinity);
+        for (; i + 2 * w <= n; i += 2 * w) {
+            const V u = V::load_unaligned(x + i);
+            const V v = V::load_unaligned(x + i + w);
+            // A comparison is false for NaN, so NaN never replaces the running maximum.
+            a = xsimd::select(u > a, u, a);
+            b = xsimd::select(v > b, v, b);
+        }
+        a = xsimd::select(b > a, b, a);
+        alignas(64) float lanes[w];
+        a.store_aligned(lanes);
+        for (std::size_t l = 0; l < w; ++l) {
+            best = lanes[l] > best ? lanes[l] : best;
+        }
+    }
+    for (; i < n; ++i) {
+        best = x[i] > best ? x[i] : best;
+    }
+    return best;
+}
+
+// The first index holding `value` (a value max_logit returned), or n.
+template <class Arch>
+[[nodiscard]] std::size_t find_value(const float* x, std::size_t n, float value) noexcept
+{
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V target(value);
+        for (; i + w <= n; i += w) {
+            if (xsimd::any(V::load_unaligned(x + i) == target)) {
+                break;
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        if (x[i] == value) {
+            return i;
+        }
+    }
+    return n;
+}
+
+// The index of the first logit above -inf (NaN does not count), or n: finds out in O(1) for real
+// logits whether a vocabulary has any candidate at all.
+template <class Arch>
+[[nodiscard]] std::size_t find_finite(const float* x, std::size_t n) noexcept
+{
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V low(minus_infinity);
+        for (; i + w <= n; i += w) {
+            if (xsimd::any(V::load_unaligned(x + i) > low)) {
+                break;
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        if (x[i] > minus_infinity) {
+            return i;
+        }
+    }
+    return n;
+}
+
+// exp(x[j] - max) for one chunk (at most chunk_size elements), optionally stored, and the chunk's
+// sum in the fixed order.
+template <class Arch>
+float chunk_exp_sum(const float* x, std::size_t n, float max, float* out) noexcept
+{
+    std::array<float, sum_lanes> lanes{};
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        static_assert(sum_lanes % w == 0, "a vector must fill whole lane groups");
+        constexpr std::size_t groups = sum_lanes / w;
+        V acc[groups];
+        for (auto& a : acc) {
+            a = V(0.0f);
+        }
+        const V m(max);
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            for (std::size_t g = 0; g < groups; ++g) {
+                const V e = exp(V::load_unaligned(x + i + g * w) - m);
+                if (out != nullptr) {
+                    e.store_unaligned(out + i + g * w);
+                }
+                acc[g] = acc[g] + e;
+            }
+        }
+        for (std::size_t g = 0; g < groups; ++g) {
+            acc[g].store_unaligned(lanes.data() + g * w);
+        }
+    } else {
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            for (std::size_t l = 0; l < sum_lanes; ++l) {
+                const float e = exp(x[i + l] - max);
+                if (out != nullptr) {
+                    out[i + l] = e;
+                }
+                lanes[l] = lanes[l] + e;
+            }
+        }
+    }
+    // The tail goes to lanes 0, 1, ... as it would in a full group (the rest add nothing).
+    for (std::size_t l = 0; i + l < n; ++l) {
+        const float e = exp(x[i + l] - max);
+        if (out != nullptr) {
+            out[i + l] = e;
+        }
+        lanes[l] = lanes[l] + e;
+    }
+    return tree_sum(lanes);
+}
+
+// The sums of exp(x - max) per chunk (chunk_count(n) of them, into `sums`) and their total.
+template <class Arch>
+double exp_sums(const float* x, std::size_t n, float max, float* sums, float* out = nullptr) noexcept
+{
+    double total = 0;
+    for (std::size_t c = 0; c * chunk_size < n; ++c) {
+        const std::size_t begin = c * chunk_size;
+        const std::size_t count = std::min(chunk_size, n - begin);
+        sums[c] = chunk_exp_sum<Arch>(x + begin, count, max, out == nullptr ? nullptr : out + begin);
+        total += sums[c];
+    }
+    return total;
+}
+
+// The categorical draw over a whole vocabulary from the chunk sums: the first index whose running
+// sum (in double, chunk sums first, then the elements of the chunk reached) exceeds u * total.
+// Where rounding leaves the chosen chunk's elements short of the threshold, its last element with
+// a nonzero weight is taken. Returns n if no element has weight.
+template <class Arch>
+[[nodiscard]] std::size_t draw(const float* x, std::size_t n, float max, const float* sums, double total, double u) noexcept
+{
+    const double threshold = u * total;
+    double running = 0;
+    const std::size_t chunks = chunk_count(n);
+    for (std::size_t c = 0; c < chunks; ++c) {
+        if (running + sums[c] > threshold || c + 1 == chunks) {
+            const std::size_t begin = c * chunk_size;
+            const std::size_t count = std::min(chunk_size, n - begin);
+            alignas(64) float e[chunk_size];
+            (void)chunk_exp_sum<Arch>(x + begin, count, max, e);
+            std::size_t last_nonzero = n;
+            for (std::size_t j = 0; j < count; ++j) {
+                if (e[j] > 0.0f) {
+                    last_nonzero = begin + j;
+                    running += e[j];
+                    if (running > threshold) {
+                        return begin + j;
+                    }
+                }
+            }
+            if (last_nonzero != n) {
+                return last_nonzero;
+            }
+        } else {
+            running += sums[c];
+        }
+    }
+    return n;
+}
+
+// p = e * (1 / sum) in place over n values (the product is exact IEEE on every tag).
+template <class Arch>
+void scale(float* p, std::size_t n, float factor) noexcept
+{
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V f(factor);
+        for (; i + w <= n; i += w) {
+            (V::load_unaligned(p + i) * f).store_unaligned(p + i);
+        }
+    }
+    for (; i < n; ++i) {
+        p[i] = p[i] * factor;
+    }
+}
+
+// Orders candidates as a sorted candidate set lists them: higher logit first, then lower id.
+[[nodiscard]] inline bool ranks_before(const token_data& a, const token_data& b) noexcept
+{
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// The k best (by ranks_before) of x[0 .. n), NaN counted as -inf, sorted best first into `out`.
+// Indices for which skip(i) is true are left out (the caller adds their current values itself).
+// A heap of k elements whose worst is compared against whole vectors at once: on real logits few
+// elements beat the k-th best, so the pass runs at the speed of loading the logits.
+template <class Arch, class Skip>
+void top_k_scan(const float* x, std::size_t n, std::size_t k, std::vector<token_data>& out, Skip&& skip)
+{
+    out.clear();
+    if (k == 0) {
+        return;
+    }
+    const auto worst_first = [](const token_data& a, const token_data& b) { return ranks_before(a, b); };
+    std::size_t i = 0;
+    for (; i < n && out.size() < k; ++i) {
+        if (!skip(i)) {
+            const float v = x[i] == x[i] ? x[i] : minus_infinity;
+            out.push_back({static_cast<std::int32_t>(i), v, 0.0f});
+            std::push_heap(out.begin(), out.end(), worst_first);
+        }
+    }
+    if (out.size() < k) {
+        std::sort_heap(out.begin(), out.end(), worst_first);
+        return;
+    }
+    float threshold = out.front().logit;
+    // Elements scanned from here on have larger ids than any in the heap, so they must be strictly
+    // larger than the worst to replace it.
+    const auto offer = [&](std::size_t j) {
+        if (x[j] > threshold && !skip(j)) {
+            std::pop_heap(out.begin(), out.end(), worst_first);
+            out.back() = {static_cast<std::int32_t>(j), x[j], 0.0f};
+            std::push_heap(out.begin(), out.end(), worst_first);
+            threshold = out.front().logit;
+        }
+    };
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        for (; i + 2 * w <= n; i += 2 * w) {
+            const V t(threshold);
+            if (xsimd::any((V::load_unaligned(x + i) > t) || (V::load_unaligned(x + i + w) > t))) {
+                for (std::size_t j = i; j < i + 2 * w; ++j) {
+                    offer(j);
+                }
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        offer(i);
+    }
+    std::sort_heap(out.begin(), out.end(), worst_first);
+}
+
+// Appends every index with x[i] >= threshold (never NaN) to `out` in index order.
+template <class Arch>
+void filter_at_least(const float* x, std::size_t n, float threshold, std::vector<token_data>& out)
+{
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V t(threshold);
+        for (; i + w <= n; i += w) {
+            if (xsimd::any(V::load_unaligned(x + i) >= t)) {
+                for (std::size_t j = i; j < i + w; ++j) {
+                    if (x[j] >= threshold) {
+                        out.push_back({static_cast<std::int32_t>(j), x[j], 0.0f});
+                    }
+                }
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        if (x[i] >= threshold) {
+            out.push_back({static_cast<std::int32_t>(i), x[i], 0.0f});
+        }
+    }
+}
+
+} // namespace qk::sampling::detail
+
+namespace qk::sampling {
+
+// Softmax of a whole vector of logits into p (same size), NaN counted as -inf: the reference
+// pass the samplers' speed is measured against, and the probabilities a backend must reproduce.
+// Returns false, leaving p unwritten, when no logit is above -inf.
+// A +inf logit or spans of different sizes: qk::error.
+template <class Arch = arch::vector_native>
+bool softmax(std::span<const float> logits, std::span<float> p, std::vector<float>& chunk_sums)
+{
+    if (p.size() != logits.size()) {
+        qk::detail::fail("qk::sampling::softmax: p has ", p.size(), " elements for ", logits.size(), " logits");
+    }
+    const float max = detail::max_logit<Arch>(logits.data(), logits.size());
+    if (!(max > detail::minus_infinity)) {
+        return false;
+    }
+    if (max == std::numeric_limits<float>::infinity()) {
+        qk::detail::fail("qk::sampling::softmax: logit ", detail::find_value<Arch>(logits.data(), logits.size(), max),
+                         " is +inf; logits must be finite or -inf");
+    }
+    chunk_sums.resize(detail::chunk_count(logits.size()));
+    const double total = detail::exp_sums<Arch>(logits.data(), logits.size(), max, chunk_sums.data(), p.data());
+    detail::scale<Arch>(p.data(), p.size(), static_cast<float>(1.0 / total));
+    return true;
+}
+
+} // namespace qk::sampling

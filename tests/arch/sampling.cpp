@@ -1,0 +1,150 @@
+// The sampling passes of one architecture tag (QK_TEST_TAG, compiled with its flags) against the
+// generic reference on the same inputs, bit for bit: exp, the maximum, the exp sums in their
+// fixed order, softmax, the categorical draw, top-k selection and filtering. Chains only combine
+// these with scalar code, so equal bits here mean the same token on every tag.
+#include <doctest/doctest.h>
+
+#include <qkern.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace {
+
+using tag = qk::arch::QK_TEST_TAG;
+using reference = qk::arch::generic;
+namespace sd = qk::sampling::detail;
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+// Logits as a model gives them (normal, a few outliers), with ties, -inf and NaN mixed in when asked.
+std::vector<float> logits(std::size_t n, std::uint32_t seed, bool special)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::uniform_int_distribution<int> pick(0, 19);
+    std::vector<float> x(n);
+    for (auto& v : x) {
+        v = normal(rng);
+        if (special) {
+            const int r = pick(rng);
+            v = r == 0 ? -inf : r == 1 ? std::numeric_limits<float>::quiet_NaN() : r == 2 ? 1.5f : r == 3 ? 12.0f : v;
+        }
+    }
+    return x;
+}
+
+bool same_bits(float a, float b)
+{
+    return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+}
+
+const std::size_t sizes[] = {1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 100, 1023, 1024, 1025, 2049, 5000, 40000};
+
+} // namespace
+
+// A template, so that the generic tag (which has no vectors) never instantiates the body.
+template <class Tag>
+void check_vector_exp()
+{
+    {
+        using V = xsimd::batch<float, sd::simd_of<Tag>>;
+        std::vector<float> inputs = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, -87.0f, -87.33654f, -87.3366f, -88.0f, -100.0f,
+                                     -inf, inf, 88.0f, 90.0f, std::numeric_limits<float>::quiet_NaN(), 1e-30f, -1e-30f};
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> wide(-90.0f, 90.0f);
+        for (int i = 0; i < 100000; ++i) {
+            inputs.push_back(wide(rng));
+        }
+        // Every float in [-1, 0) at a stride, where softmax spends most of its time.
+        for (std::uint32_t bits = std::bit_cast<std::uint32_t>(-1.0f); bits > 0x80000000u; bits -= 4099) {
+            inputs.push_back(std::bit_cast<float>(bits));
+        }
+        while (inputs.size() % V::size != 0) {
+            inputs.push_back(0.0f);
+        }
+        std::size_t mismatches = 0;
+        for (std::size_t i = 0; i < inputs.size(); i += V::size) {
+            alignas(64) float out[V::size];
+            sd::exp(V::load_unaligned(inputs.data() + i)).store_aligned(out);
+            for (std::size_t l = 0; l < V::size; ++l) {
+                if (!same_bits(out[l], sd::exp(inputs[i + l]))) {
+                    ++mismatches;
+                    CAPTURE(inputs[i + l]);
+                    CHECK(out[l] == sd::exp(inputs[i + l]));
+                }
+            }
+        }
+        CHECK(mismatches == 0);
+    }
+}
+
+TEST_CASE("sampling exp: vectors equal the scalar reference bit for bit")
+{
+    if constexpr (!std::is_same_v<tag, reference>) {
+        check_vector_exp<tag>();
+    }
+}
+
+TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
+{
+    std::uint32_t seed = 1;
+    for (const bool special : {false, true}) {
+        for (const std::size_t n : sizes) {
+            for (const std::size_t offset : {0, 1, 3}) {
+                const auto storage = logits(n + offset, seed++, special);
+                const float* x = storage.data() + offset;
+                CAPTURE(n);
+                CAPTURE(offset);
+                CAPTURE(special);
+
+                const float max = sd::max_logit<tag>(x, n);
+                REQUIRE(same_bits(max, sd::max_logit<reference>(x, n)));
+                CHECK(sd::find_value<tag>(x, n, max) == sd::find_value<reference>(x, n, max));
+                CHECK(sd::find_finite<tag>(x, n) == sd::find_finite<reference>(x, n));
+
+                std::vector<float> sums(sd::chunk_count(n));
+                std::vector<float> sums_ref(sums.size());
+                std::vector<float> e(n);
+                std::vector<float> e_ref(n);
+                const double total = sd::exp_sums<tag>(x, n, max, sums.data(), e.data());
+                const double total_ref = sd::exp_sums<reference>(x, n, max, sums_ref.data(), e_ref.data());
+                CHECK(total == total_ref);
+                CHECK(std::memcmp(sums.data(), sums_ref.data(), sums.size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(e.data(), e_ref.data(), n * sizeof(float)) == 0);
+
+                for (int k = 0; k < 64; ++k) {
+                    const double u = (k + 0.5) / 64.0;
+                    CHECK(sd::draw<tag>(x, n, max, sums.data(), total, u) == sd::draw<reference>(x, n, max, sums_ref.data(), total_ref, u));
+                }
+
+                std::vector<float> p(n);
+                std::vector<float> p_ref(n);
+                std::vector<float> chunks;
+                REQUIRE(qk::sampling::softmax<tag>({x, n}, p, chunks) == qk::sampling::softmax<reference>({x, n}, p_ref, chunks));
+                CHECK(std::memcmp(p.data(), p_ref.data(), n * sizeof(float)) == 0);
+
+                for (const std::size_t k : {std::size_t{1}, std::size_t{5}, std::size_t{40}, n}) {
+                    std::vector<qk::sampling::token_data> top;
+                    std::vector<qk::sampling::token_data> top_ref;
+                    const auto skip = [](std::size_t i) { return i % 7 == 3; };
+                    sd::top_k_scan<tag>(x, n, k, top, skip);
+                    sd::top_k_scan<reference>(x, n, k, top_ref, skip);
+                    CHECK(top == top_ref);
+                }
+                for (const float threshold : {-inf, 0.0f, 1.5f, max}) {
+                    std::vector<qk::sampling::token_data> kept;
+                    std::vector<qk::sampling::token_data> kept_ref;
+                    sd::filter_at_least<tag>(x, n, threshold, kept);
+                    sd::filter_at_least<reference>(x, n, threshold, kept_ref);
+                    CHECK(kept == kept_ref);
+                }
+            }
+        }
+    }
+}

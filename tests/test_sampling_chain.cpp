@@ -1,0 +1,290 @@
+// Chains: parsing (every sampler, positional and named values, describe() round trips, every
+// error naming its part), sampling (sample = select + accept, final candidates), deep copies,
+// reseeding, errors that leave the state untouched, and batched sampling with inactive sequences.
+#include <doctest/doctest.h>
+
+#include <qkern.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace qs = qk::sampling;
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+std::vector<float> model_logits(std::size_t n, std::uint32_t seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> x(n);
+    for (auto& v : x) {
+        v = normal(rng);
+    }
+    return x;
+}
+
+const char* const every_sampler =
+    "logit_bias(3=-inf,7=1.5);penalties(last_n=16,repeat=1.1,frequency=0.1,presence=0.2);"
+    "dry(multiplier=0.8,base=1.75,allowed_length=2,last_n=64,breakers=[[13],[5,6]]);top_n_sigma(3);"
+    "top_k(100);typical(0.98);top_p(0.95,min_keep=2);min_p(p=0.02);xtc(0.5,0.1,1,7);temp_ext(0.9,0.2,1.5);temp(0.8);dist(seed=9)";
+
+} // namespace
+
+TEST_CASE("chain::parse builds every sampler; describe() parses back to the same chain")
+{
+    for (const char* text : {"greedy", "dist", "dist(42)", "top_k(40);dist", "temperature(0.7);greedy", "dynatemp(0.8,0.3);dist",
+                             "typ_p(0.9);dist", "mirostat(5,0.1,100,3)", "mirostat_v2(tau=4,eta=0.2)", every_sampler,
+                             " top_k ( 40 ) ; dist ( seed = 1 ) ;"}) {
+        CAPTURE(text);
+        const qs::chain c = qs::chain::parse(text);
+        const std::string described = c.describe();
+        CHECK(qs::chain::parse(described).describe() == described);
+    }
+    const qs::chain c = qs::chain::parse("top_k(40);top_p(0.95);min_p(0.05);temp(0.8);dist(seed=42)");
+    CHECK(c.describe() == "top_k(k=40);top_p(p=0.95,min_keep=1);min_p(p=0.05,min_keep=1);temp(t=0.8);dist(seed=42)");
+    CHECK(c.size() == 5);
+    CHECK(c[4].selects());
+    CHECK_FALSE(c[0].selects());
+    CHECK(qs::chain::parse("penalties;greedy").describe() == "penalties(last_n=64,repeat=1,frequency=0,presence=0);greedy");
+    // The defaults of a parsed sampler are those of the code-built one.
+    CHECK(qs::chain::parse("mirostat").describe() == qs::sampler(qs::mirostat()).describe());
+    // Every 64-bit seed survives the round trip.
+    qs::chain seeded = qs::chain::parse("xtc(0.5,0.1);mirostat_v2");
+    seeded.reseed(~0ull);
+    CHECK(seeded.describe() == "xtc(probability=0.5,threshold=0.1,min_keep=1,seed=18446744073709551615);"
+                               "mirostat_v2(tau=5,eta=0.1,seed=18446744073709551615)");
+    CHECK(qs::chain::parse(seeded.describe()).describe() == seeded.describe());
+}
+
+TEST_CASE("chain::parse errors name the offending part")
+{
+    const auto fails_with = [](const char* text, const char* part) {
+        CAPTURE(text);
+        CHECK_THROWS_WITH_AS((void)qs::chain::parse(text), doctest::Contains(part), qk::error);
+    };
+    fails_with("top_k(40);nucleus(0.9);dist", "unknown sampler 'nucleus'");
+    fails_with("top_k(forty);dist", "k='forty' is not an integer");
+    fails_with("top_p(p=0.9x);dist", "p='0.9x' is not a number");
+    fails_with("top_p(q=0.9);dist", "has no parameter 'q'");
+    fails_with("top_p(0.9,1,2);dist", "at most 2 positional values");
+    fails_with("top_p(0.9,p=0.8);dist", "'p' is given twice");
+    fails_with("top_k(40);;dist", "sampler 2");
+    fails_with("", "sampler 1");
+    fails_with("top_k(40;dist", "must end with one ')'");
+    fails_with("top_k(40)", "ends with 'top_k(k=40)', which selects no token");
+    fails_with("dist;top_k(40)", "which selects no token");
+    fails_with("dist(seed=-1)", "seed='-1' is not a seed");
+    fails_with("dist(seed=18446744073709551616)", "is not a seed");
+    fails_with("top_k(k=);dist", "key=value");
+    fails_with("top_k(40,);dist", "an empty argument");
+    fails_with("dry(breakers=13);dist", "is not a list of token lists");
+    fails_with("dry(breakers=[[1,]]);dist", "ends with ','");
+    fails_with("dry(breakers=[[]]);dist", "an empty token list");
+    fails_with("logit_bias(x=1);dist", "'x' is not a token id");
+    fails_with("logit_bias(5);dist", "token=bias");
+    fails_with("logit_bias(5=1,5=2);dist", "token 5 with bias 2: tokens must be non-negative and listed once");
+    fails_with("penalties(last_n=-2);dist", "last_n=-2");
+    fails_with("mirostat(m=0)", "m=0");
+    fails_with("temp(nan);dist", "is not a number");
+    fails_with("temp(1e39);dist", "does not fit a float");
+}
+
+TEST_CASE("sample is select then accept; final candidates carry probabilities")
+{
+    const auto logits = model_logits(5000, 1);
+    qs::chain a = qs::chain::parse(every_sampler);
+    qs::chain b = a;
+    for (int step = 0; step < 40; ++step) {
+        const std::int32_t token = a.sample(logits);
+        const std::int32_t selected = b.select(logits);
+        CHECK(token == selected);
+        const auto final_set = b.final_candidates();
+        double total = 0;
+        bool found = false;
+        for (const auto& t : final_set) {
+            total += t.p;
+            found = found || t.id == token;
+        }
+        CHECK(found);
+        CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+        b.accept(selected);
+    }
+    CHECK(a.describe() == b.describe());
+}
+
+TEST_CASE("copies are deep: a copy continues exactly as the original, independently")
+{
+    const auto logits = model_logits(3000, 2);
+    for (const char* text : {every_sampler, "penalties(last_n=8,repeat=1.3);mirostat(5,0.1,100,3)",
+                             "dry(multiplier=1,allowed_length=1);mirostat_v2(tau=3,eta=0.3,seed=4)"}) {
+        CAPTURE(text);
+        qs::chain original = qs::chain::parse(text);
+        for (int i = 0; i < 10; ++i) {
+            (void)original.sample(logits);
+        }
+        qs::chain copy = original;
+        std::vector<std::int32_t> from_original;
+        std::vector<std::int32_t> from_copy;
+        for (int i = 0; i < 30; ++i) {
+            from_original.push_back(original.sample(logits));
+        }
+        for (int i = 0; i < 30; ++i) {
+            from_copy.push_back(copy.sample(logits));
+        }
+        CHECK(from_original == from_copy);
+        // The mirostat state moved with the copy, not with a shared object.
+        if (auto* m = copy[copy.size() - 1].get<qs::mirostat>()) {
+            CHECK(m->mu() == original[original.size() - 1].get<qs::mirostat>()->mu());
+            copy.reset();
+            CHECK(m->mu() == 10.0f);
+            CHECK(original[original.size() - 1].get<qs::mirostat>()->mu() != 10.0f);
+        }
+    }
+}
+
+TEST_CASE("reseed: the same seed repeats the same tokens, another seed gives others")
+{
+    const auto logits = model_logits(2000, 3);
+    qs::chain c = qs::chain::parse("top_k(200);temp(1.5);dist");
+    const auto run = [&](std::uint64_t seed) {
+        c.reseed(seed);
+        std::vector<std::int32_t> tokens;
+        for (int i = 0; i < 50; ++i) {
+            tokens.push_back(c.sample(logits));
+        }
+        return tokens;
+    };
+    const auto first = run(11);
+    CHECK(run(12) != first);
+    CHECK(run(11) == first);
+    CHECK(qs::chain::parse("top_k(200);temp(1.5);dist(seed=11)").describe() == c.describe());
+}
+
+TEST_CASE("bad logits: qk::error before any sampler changes")
+{
+    qs::chain c = qs::chain::parse("penalties(last_n=4,repeat=2);top_k(5);dist(seed=1)");
+    const auto logits = model_logits(100, 4);
+    (void)c.sample(logits);
+    const qs::chain before = c;
+    const std::vector<float> empty;
+    const std::vector<float> all_minus_inf(50, -inf);
+    const std::vector<float> all_nan(50, std::numeric_limits<float>::quiet_NaN());
+    CHECK_THROWS_WITH_AS(c.sample(empty), doctest::Contains("empty"), qk::error);
+    CHECK_THROWS_WITH_AS(c.sample(all_minus_inf), doctest::Contains("all 50 logits are -inf or NaN"), qk::error);
+    CHECK_THROWS_AS(c.sample(all_nan), qk::error);
+    CHECK_THROWS_AS(c.accept(-1), qk::error);
+    qs::chain same = before;
+    for (int i = 0; i < 10; ++i) {
+        CHECK(c.sample(logits) == same.sample(logits));
+    }
+    // NaN counts as -inf: a single finite logit among NaNs is the only candidate.
+    std::vector<float> one_finite(50, std::numeric_limits<float>::quiet_NaN());
+    one_finite[17] = -3.0f;
+    CHECK(qs::chain::parse("top_k(3);top_p(0.9);dist").sample(one_finite) == 17);
+    CHECK(qs::chain::parse("greedy").sample(one_finite) == 17);
+    CHECK(qs::chain::parse("dist").sample(one_finite) == 17);
+    qs::chain incomplete;
+    incomplete.add(qs::top_k(3));
+    CHECK_THROWS_WITH_AS(incomplete.sample(logits), doctest::Contains("selects no token"), qk::error);
+    CHECK_THROWS_AS((void)qs::chain().final_candidates(), qk::error);
+}
+
+TEST_CASE("a chain is a sampler: nested chains sample as the flat chain does")
+{
+    const auto logits = model_logits(4000, 5);
+    qs::chain inner = qs::chain::parse("top_k(50);top_p(0.9);dist(seed=3)");
+    qs::chain outer;
+    outer.add(qs::penalties({.last_n = 8, .repeat = 1.5f})).add(inner);
+    qs::chain flat = qs::chain::parse("penalties(last_n=8,repeat=1.5);top_k(50);top_p(0.9);dist(seed=3)");
+    for (int i = 0; i < 30; ++i) {
+        CHECK(outer.sample(logits) == flat.sample(logits));
+    }
+}
+
+TEST_CASE("sample_batch: active sequences sampled as alone, inactive ones untouched")
+{
+    constexpr std::size_t n_seq = 6;
+    constexpr std::size_t n_vocab = 3000;
+    std::vector<float> matrix;
+    for (std::size_t s = 0; s < n_seq; ++s) {
+        const auto row = model_logits(n_vocab, 100 + static_cast<std::uint32_t>(s));
+        matrix.insert(matrix.end(), row.begin(), row.end());
+    }
+    std::vector<qs::chain> chains;
+    for (std::size_t s = 0; s < n_seq; ++s) {
+        chains.push_back(qs::chain::parse("penalties(last_n=16,repeat=1.2);top_k(40);top_p(0.95);temp(0.8);dist"));
+        chains.back().reseed(s);
+    }
+    std::vector<qs::chain> alone = chains;
+    std::vector<qs::chain> threaded = chains;
+    qk::backend::cpu::thread_pool pool(3);
+    std::vector<std::int32_t> tokens(n_seq);
+    std::vector<std::int32_t> threaded_tokens(n_seq);
+    for (int step = 0; step < 12; ++step) {
+        std::vector<std::uint8_t> active(n_seq);
+        for (std::size_t s = 0; s < n_seq; ++s) {
+            active[s] = static_cast<std::uint8_t>((s + static_cast<std::size_t>(step)) % 3 != 0);
+        }
+        qs::sample_batch(matrix, n_seq, n_vocab, chains, active, tokens);
+        qs::sample_batch(pool, matrix, n_seq, n_vocab, threaded, active, threaded_tokens);
+        CHECK(tokens == threaded_tokens);
+        for (std::size_t s = 0; s < n_seq; ++s) {
+            if (active[s]) {
+                CHECK(tokens[s] == alone[s].sample(std::span<const float>(matrix).subspan(s * n_vocab, n_vocab)));
+            } else {
+                CHECK(tokens[s] == -1);
+            }
+        }
+    }
+    // The chains of inactive steps were not touched: each still equals its standalone twin.
+    for (std::size_t s = 0; s < n_seq; ++s) {
+        const auto row = std::span<const float>(matrix).subspan(s * n_vocab, n_vocab);
+        CHECK(chains[s].sample(row) == alone[s].sample(row));
+    }
+    std::vector<std::int32_t> all_tokens(n_seq);
+    qs::sample_batch(matrix, n_seq, n_vocab, chains, {}, all_tokens);
+    for (const auto t : all_tokens) {
+        CHECK(t >= 0);
+    }
+
+    // Errors come before any chain is used.
+    const std::vector<qs::chain> saved = chains;
+    std::vector<std::int32_t> out(n_seq, 5);
+    CHECK_THROWS_AS(qs::sample_batch(std::span<const float>(matrix).first(100), n_seq, n_vocab, chains, {}, out), qk::error);
+    CHECK_THROWS_AS(qs::sample_batch(matrix, n_seq, n_vocab, std::span<qs::chain>(chains).first(2), {}, out), qk::error);
+    std::vector<float> bad = matrix;
+    std::fill(bad.begin() + 4 * n_vocab, bad.begin() + 5 * n_vocab, -inf);
+    CHECK_THROWS_WITH_AS(qs::sample_batch(bad, n_seq, n_vocab, chains, {}, out), doctest::Contains("sequence 4"), qk::error);
+    CHECK(out == std::vector<std::int32_t>(n_seq, 5));
+    // The same row inactive is fine: inactive rows are not read.
+    std::vector<std::uint8_t> skip_four(n_seq, 1);
+    skip_four[4] = 0;
+    qs::sample_batch(bad, n_seq, n_vocab, chains, skip_four, out);
+    CHECK(out[4] == -1);
+    for (std::size_t s = 0; s < n_seq; ++s) {
+        if (s != 4) {
+            std::vector<qs::chain> twin = {saved[s]};
+            CHECK(out[s] == twin[0].sample(std::span<const float>(matrix).subspan(s * n_vocab, n_vocab)));
+        }
+    }
+}
+
+TEST_CASE("vocabularies: the token id type bounds it, a one-token vocabulary works")
+{
+    const std::vector<float> one = {0.25f};
+    const std::string without_bias = std::string(every_sampler).substr(std::string(every_sampler).find(';') + 1);
+    CHECK(qs::chain::parse(without_bias).sample(one) == 0);
+    CHECK_THROWS_WITH_AS(qs::chain::parse(every_sampler).sample(one), doctest::Contains("token 7 is outside the vocabulary of 1"),
+                         qk::error);
+    CHECK(qs::chain::parse("mirostat").sample(one) == 0);
+    CHECK(qs::chain::parse("mirostat_v2").sample(one) == 0);
+    // A span longer than INT32_MAX is rejected from its size alone (the data is never read).
+    const float dummy = 0.0f;
+    const std::span<const float> huge(&dummy, static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) + 1);
+    CHECK_THROWS_WITH_AS(qs::chain::parse("greedy").sample(huge), doctest::Contains("exceed the token id type"), qk::error);
+}
