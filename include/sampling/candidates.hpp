@@ -20,6 +20,16 @@
 
 namespace qk::sampling {
 
+namespace detail {
+
+// A logit as a list holds it: NaN (from -inf + inf, -inf * 0, ...) becomes -inf.
+[[nodiscard]] inline float without_nan(float v) noexcept
+{
+    return v == v ? v : -std::numeric_limits<float>::infinity();
+}
+
+} // namespace detail
+
 // Three forms, each a complete description of the set:
 //  - view: every token of the vocabulary, its logit read from the caller's span, except for a few
 //    tokens whose logits a sampler changed (penalties, biases: `patches`, sorted by id);

@@ -150,7 +150,9 @@ template <class A>
     }
     const float l = opaque(y * log(x));
     if (l > exp_highest) {
-        return std::numeric_limits<float>::infinity();
+        // Up to the largest float (exp(88.72)): the square of exp(l / 2), infinite beyond.
+        const float half = exp(l * 0.5f);
+        return half * half;
     }
     return exp(l);
 }

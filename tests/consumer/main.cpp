@@ -1,10 +1,11 @@
 // Consumer test program, built against qkern by find_package, add_subdirectory and pkg-config:
 // quantize to Q8_0 and back, check the round-trip error, print a dot product, solve a small
-// triangular system. Exits 1 if wrong.
+// triangular system, sample greedily. Exits 1 if wrong.
 #include <qkern.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <vector>
@@ -48,6 +49,12 @@ int main()
     qk::solve_tri(a, b, solved, 2, 1, 1);
     std::printf("solve_tri: X = [%g, %g] (expected [1, 2])\n", solved[0], solved[1]);
 
-    const bool ok = max_error <= tolerance && std::abs(dot - sum_squares) <= dot_tolerance && solved[0] == 1.0f && solved[1] == 2.0f;
+    // Token 2 has the largest logit; top_k keeps it and greedy selects it.
+    const float logits[4] = {0.5f, -1.0f, 3.0f, 2.0f};
+    const std::int32_t token = qk::sampling::chain::parse("top_k(2);greedy").sample(logits);
+    std::printf("sampling: top_k(2);greedy picks token %d (expected 2)\n", static_cast<int>(token));
+
+    const bool ok = max_error <= tolerance && std::abs(dot - sum_squares) <= dot_tolerance && solved[0] == 1.0f && solved[1] == 2.0f &&
+                    token == 2;
     return ok ? 0 : 1;
 }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,7 +121,8 @@ public:
             if (max_exponent > 0 && exponent > max_exponent) {
                 exponent = max_exponent;
             }
-            return detail::opaque(cfg_.multiplier * detail::pow(cfg_.base, static_cast<float>(exponent)));
+            const float value = detail::opaque(cfg_.multiplier * detail::pow(cfg_.base, static_cast<float>(exponent)));
+            return std::min(value, std::numeric_limits<float>::max());
         };
         if (c.whole_vocabulary()) {
             for (const auto& [token, length] : repeats_) {
@@ -133,7 +135,7 @@ public:
         for (auto& t : c.list()) {
             const auto it = std::lower_bound(repeats_.begin(), repeats_.end(), t.id, [](const auto& e, std::int32_t v) { return e.first < v; });
             if (it != repeats_.end() && it->first == t.id) {
-                t.logit = t.logit - penalty(it->second);
+                t.logit = detail::without_nan(t.logit - penalty(it->second));
             }
         }
         c.logits_changed(false);

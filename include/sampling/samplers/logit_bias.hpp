@@ -53,7 +53,7 @@ public:
         for (auto& t : c.list()) {
             const auto it = std::lower_bound(biases_.begin(), biases_.end(), t.id, [](const auto& e, std::int32_t v) { return e.first < v; });
             if (it != biases_.end() && it->first == t.id) {
-                t.logit = t.logit + it->second;
+                t.logit = detail::without_nan(t.logit + it->second);
             }
         }
         c.logits_changed(false);

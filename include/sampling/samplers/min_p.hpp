@@ -47,6 +47,8 @@ public:
                 c.assign_list(false);
             } else if (min_keep_ < n) {
                 detail::keep_top_k(c, min_keep_);
+            } else {
+                c.sort(); // the min_keep best are all of them
             }
             return;
         }
@@ -68,6 +70,8 @@ public:
             c.assign_list(was_sorted);
         } else if (min_keep_ < l.size()) {
             detail::keep_top_k(c, min_keep_);
+        } else {
+            c.sort();
         }
     }
 

@@ -57,7 +57,7 @@ public:
         for (auto& t : c.list()) {
             const auto it = find(t.id);
             if (it != counts_.end() && it->first == t.id) {
-                t.logit = penalize(t.logit, it->second);
+                t.logit = detail::without_nan(penalize(t.logit, it->second));
             }
         }
         c.logits_changed(false);

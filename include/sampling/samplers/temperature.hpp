@@ -53,7 +53,7 @@ inline void apply_temperature(candidates& c, float t)
         return;
     }
     for (auto& e : c.list()) {
-        e.logit = e.logit / t;
+        e.logit = without_nan(e.logit / t);
     }
     // Dividing keeps the order of logits but may round two of them to one value, which would
     // then need the id order: the list is no longer known to be sorted.
