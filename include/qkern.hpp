@@ -22,3 +22,4 @@
 #include "kernels/solve_tri.hpp"
 #include "kernels/tensor_view.hpp"
 #include "sampling/sampling.hpp"
+#include "spec/spec.hpp"

@@ -3,9 +3,10 @@
 // mu -= eta (surprise - tau) when accept() follows the step that selected a token (with that
 // token's surprise), so apply() itself changes nothing but the generator.
 // v1: from the candidates sorted by logit with softmax p, s = sum t_i b_i / sum t_i^2 over the
-// first m - 1 pairs (t_i = log((i + 2) / (i + 1)), b_i = log(p_i / p_(i+1))), e = s - 1,
-// k = (e 2^mu / (1 - n_vocab^-e))^(1 / s); keeps the best max(k, 1) (at most all), renormalizes
-// and draws as dist does.
+// first m - 1 pairs (t_i = log((i + 2) / (i + 1)), b_i = log(p_i / p_(i+1))), stopping before a
+// pair whose p_(i+1) is 0 (its b_i would be infinite; llama.cpp lets it make s infinite and k 1),
+// e = s - 1, k = (e 2^mu / (1 - n_vocab^-e))^(1 / s); keeps the best max(k, 1) (all when there
+// is no pair or k is NaN or not below the set's size), renormalizes and draws as dist does.
 // v2: from the sorted softmax, keeps the prefix of candidates with surprise <= mu (at least one),
 // renormalizes and draws.
 #pragma once

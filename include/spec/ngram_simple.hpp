@@ -1,0 +1,66 @@
+// qk::spec::ngram_simple: self-speculative drafting by scanning the history for the most recent
+// earlier occurrence of the current n-gram and proposing what followed it. O(history) per call;
+// ngram_index gives the same drafts in O(1). The reference definition of both:
+//  1. a counter is incremented on every call; below check_rate, no draft; otherwise it is reset
+//     to 0 and the call goes on (so check_rate <= 1 drafts on every call);
+//  2. with L the history length (every token so far except the one just sampled): L <= n + m + 1,
+//     no draft;
+//  3. the pattern is the last n - 1 history tokens followed by the sampled token;
+//  4. start positions j from L - n - 1 down to 1 (0 is never a match) are searched for the first
+//     (most recent) j where history[j .. j + n - 1] equals the pattern;
+//  5. no match: no draft; otherwise c = min(m, L - (j + n)) tokens from history[j + n] are the
+//     draft, unless c < n (no draft).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ngram_config.hpp"
+
+namespace qk::spec {
+
+class ngram_simple {
+public:
+    // size_ngram or size_mgram below 1: qk::error.
+    explicit ngram_simple(ngram_config config) : config_(config) { detail::check_config("ngram_simple", config); }
+
+    [[nodiscard]] std::vector<std::int32_t> draft(std::span<const std::int32_t> history, std::int32_t sampled)
+    {
+        std::vector<std::int32_t> result;
+        if (!detail::due(counter_, config_.check_rate)) {
+            return result;
+        }
+        const auto n = static_cast<std::size_t>(config_.size_ngram);
+        const auto m = static_cast<std::size_t>(config_.size_mgram);
+        const std::size_t length = history.size();
+        if (length <= n + m + 1) {
+            return result;
+        }
+        // The pattern's first n - 1 tokens are the history's last ones: compare those in place.
+        const std::int32_t* tail = history.data() + (length - n + 1);
+        for (std::size_t j = length - n - 1; j >= 1; --j) {
+            if (history[j + n - 1] == sampled && std::equal(tail, tail + (n - 1), history.data() + j)) {
+                const std::size_t count = std::min(m, length - (j + n));
+                if (count >= n) {
+                    result.assign(history.begin() + static_cast<std::ptrdiff_t>(j + n),
+                                  history.begin() + static_cast<std::ptrdiff_t>(j + n + count));
+                }
+                return result;
+            }
+        }
+        return result;
+    }
+
+    // The history was replaced or edited: nothing to forget (the counter carries on).
+    void begin(std::span<const std::int32_t>) noexcept {}
+
+    [[nodiscard]] const ngram_config& config() const noexcept { return config_; }
+
+private:
+    ngram_config config_;
+    std::int32_t counter_ = 0;
+};
+
+} // namespace qk::spec

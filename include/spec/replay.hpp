@@ -1,0 +1,97 @@
+// The replay evaluator: a token sequence fed through a drafter as if it were being generated,
+// the target's choice at each step being the sequence's next token (greedy verification against
+// it), with the batch budget applied to the prompt and to each drafted evaluation. It reports
+// what drafting would save: acceptance rate, mean accepted length, tokens per evaluation,
+// evaluations saved against one evaluation per token, and the drafter's time per call.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../kernels/error.hpp"
+#include "verify.hpp"
+
+namespace qk::spec {
+
+struct replay_options {
+    std::size_t prompt = 1;       // tokens evaluated before generation starts (at least 1)
+    std::size_t n_batch = 512;    // the batch budget
+    std::size_t max_draft = 64;   // drafts are cut to this many tokens
+};
+
+struct replay_result {
+    std::size_t generated = 0;        // tokens produced after the prompt
+    std::size_t steps = 0;            // evaluations of a sampled token and its draft
+    std::size_t drafts = 0;           // steps with a non-empty draft
+    std::size_t drafted = 0;          // drafted tokens
+    std::size_t accepted = 0;         // drafted tokens accepted
+    std::size_t evaluations = 0;      // with drafting (prompt included)
+    std::size_t baseline = 0;         // without drafting: one per generated token after the first
+    double draft_seconds = 0;         // time spent in draft()
+
+    [[nodiscard]] double acceptance_rate() const noexcept { return drafted == 0 ? 0.0 : double(accepted) / double(drafted); }
+    [[nodiscard]] double mean_accepted() const noexcept { return drafts == 0 ? 0.0 : double(accepted) / double(drafts); }
+    [[nodiscard]] double tokens_per_evaluation() const noexcept
+    {
+        const std::size_t generation = evaluations - prompt_evaluations;
+        return generation == 0 ? 0.0 : double(generated) / double(generation);
+    }
+    [[nodiscard]] std::size_t evaluations_saved() const noexcept { return baseline > evaluations ? baseline - evaluations : 0; }
+    [[nodiscard]] double draft_ns_per_call() const noexcept { return steps == 0 ? 0.0 : draft_seconds * 1e9 / double(steps); }
+
+    std::size_t prompt_evaluations = 0;
+};
+
+// Drafter: anything with draft(history, sampled) -> std::vector<std::int32_t>; accept(n) is
+// called after each draft when the drafter has it (ngram_map's feedback). The sequence needs more
+// tokens than the prompt.
+template <class Drafter>
+[[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {})
+{
+    const batch_budget budget(options.n_batch);
+    if (options.prompt == 0 || options.prompt >= tokens.size()) {
+        qk::detail::fail("qk::spec::replay: prompt=", options.prompt, " for a sequence of ", tokens.size(),
+                         " tokens; the prompt needs at least 1 token and the sequence more than the prompt");
+    }
+    replay_result r;
+    r.prompt_evaluations = budget.evaluations(options.prompt);
+    r.evaluations = r.prompt_evaluations;
+    r.generated = tokens.size() - options.prompt;
+    r.baseline = r.prompt_evaluations + r.generated - 1;
+    const std::size_t max_draft = options.max_draft;
+    // pos: the token the target has just chosen (sampled); everything before it is the history.
+    std::size_t pos = options.prompt;
+    while (pos + 1 < tokens.size()) {
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<std::int32_t> draft = drafter.draft(tokens.first(pos), tokens[pos]);
+        r.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        // Only tokens inside the sequence can be verified against it.
+        draft.resize(std::min({draft.size(), max_draft, tokens.size() - pos - 2}));
+        ++r.steps;
+        // The sampled token and its draft, split into evaluations of at most n_batch tokens.
+        r.evaluations += budget.evaluations(1 + draft.size());
+        std::size_t accepted = 0;
+        while (accepted < draft.size() && draft[accepted] == tokens[pos + 1 + accepted]) {
+            ++accepted;
+        }
+        if (!draft.empty()) {
+            ++r.drafts;
+            r.drafted += draft.size();
+            r.accepted += accepted;
+        }
+        if constexpr (requires { drafter.accept(std::int32_t{}); }) {
+            if (!draft.empty()) {
+                drafter.accept(static_cast<std::int32_t>(accepted));
+            }
+        }
+        pos += 1 + accepted;
+    }
+    return r;
+}
+
+} // namespace qk::spec
