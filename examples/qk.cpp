@@ -2,7 +2,9 @@
 // offer and checks every block format's round trip and dot product on built-in data; `qk info`
 // prints the build and CPU facts alone; `qk quantize` / `qk dequantize` convert raw float32 files
 // to and from rows of GGUF blocks; `qk bench` times the kernels; `qk solve` times a triangular solve;
-// `qk sample` draws tokens through a sampler chain (qk::sampling) and times each draw.
+// `qk sample` draws tokens through a sampler chain (qk::sampling) and times each draw; `qk spec`
+// replays a text file, a file of token ids or a built-in sample through the n-gram drafters
+// (qk::spec) and prints what drafting would save.
 #include <qkern.hpp>
 #include <backends/cpu/read_bandwidth.hpp>
 #include <kernels/gemv.hpp>
@@ -1045,6 +1047,219 @@ void run_sample(const sample_options& opt)
     fmt::print("  chain          {}\n", chain.describe());
 }
 
+// ---------------------------------------------------------------------------------------------
+// qk spec: a token sequence replayed through every n-gram drafter (qk::spec::replay), as if it
+// were being generated with greedy verification against its own next tokens, to show what
+// drafting would save on it.
+
+struct spec_options {
+    std::string file;
+    bool ids = false;
+    std::int32_t n = 4;
+    std::int32_t m = 16;
+};
+
+// The built-in sample: documentation-like text, where names, phrases and whole sentence shapes
+// recur, which is the case n-gram drafting is for. Paragraphs rather than one literal because
+// compilers need only accept string literals of a few thousand characters.
+constexpr std::string_view spec_sample[] = {
+    R"(# ringlog: a fixed-size event log for embedded services
+
+ringlog keeps the most recent events of a service in a ring of fixed-size records. A record
+holds a timestamp, a severity, a source identifier and up to 96 bytes of message text. When the
+ring is full, the oldest record is overwritten by the newest one, so the log never allocates
+after it is created and never blocks the thread that writes to it.
+
+## Creating a log
+
+Call ringlog_create(capacity, flags) to create a log with room for capacity records. The
+capacity is rounded up to a power of two. The flags select the clock used for timestamps:
+RINGLOG_CLOCK_MONOTONIC (the default) or RINGLOG_CLOCK_REALTIME. ringlog_create returns a
+pointer to the new log, or NULL when the capacity is zero or the memory cannot be allocated.
+Call ringlog_destroy(log) to release the log and every record in it.
+)",
+    R"(
+## Writing records
+
+Call ringlog_write(log, severity, source, message) to append a record to the log. The severity
+is one of RINGLOG_DEBUG, RINGLOG_INFO, RINGLOG_WARNING and RINGLOG_ERROR. The source is a small
+integer that identifies the part of the service that wrote the record. The message is copied
+into the record; a message longer than 96 bytes is cut at 96 bytes. ringlog_write returns 0 on
+success and -1 when the severity is not one of the four severities.
+
+Call ringlog_writef(log, severity, source, format, ...) to append a record whose message is
+formatted as printf would format it. ringlog_writef returns 0 on success and -1 when the
+severity is not one of the four severities or the format is NULL.
+
+Writing is lock-free: several threads may write to the same log at the same time. Each writer
+claims a record with one atomic increment of the write counter, fills the record, and then
+publishes it by storing its sequence number. A reader never sees a record that is only half
+written, because it checks the sequence number before and after it copies the record.
+)",
+    R"(
+## Reading records
+
+Call ringlog_read(log, cursor, record) to copy the next record after the cursor into record.
+The cursor starts at zero and is advanced by every successful read. ringlog_read returns 0 on
+success, 1 when there is no record after the cursor yet, and -1 when the record after the cursor
+has already been overwritten. After -1, call ringlog_oldest(log) to move the cursor to the
+oldest record that is still in the log, and read again.
+
+Call ringlog_count(log) to get the number of records written since the log was created. Call
+ringlog_capacity(log) to get the number of records the log can hold. The difference between
+the two, when it is positive, is the number of records that have been overwritten.
+
+## Example
+
+    ringlog *log = ringlog_create(1024, RINGLOG_CLOCK_MONOTONIC);
+    ringlog_write(log, RINGLOG_INFO, 1, "service started");
+    ringlog_writef(log, RINGLOG_WARNING, 2, "queue %d is %d%% full", 3, 90);
+    ringlog_writef(log, RINGLOG_ERROR, 2, "queue %d is full, dropping request %u", 3, 4711u);
+
+    ringlog_record record;
+    uint64_t cursor = 0;
+    while (ringlog_read(log, &cursor, &record) == 0) {
+        printf("%llu %s %u %s\n", record.timestamp, ringlog_severity_name(record.severity),
+               record.source, record.message);
+    }
+    ringlog_destroy(log);
+)",
+    R"(
+## Errors
+
+Every function that takes a log returns -1 when the log is NULL, except ringlog_destroy, which
+does nothing when the log is NULL, and ringlog_count and ringlog_capacity, which return 0 when
+the log is NULL. No function sets errno, and no function writes to standard error.
+
+## Thread safety
+
+ringlog_write and ringlog_writef may be called from several threads at the same time.
+ringlog_read may be called from several threads at the same time, each with its own cursor.
+ringlog_create and ringlog_destroy must not be called while another thread uses the log.
+ringlog_count and ringlog_capacity may be called from any thread at any time.
+
+## Frequently asked questions
+
+Why does ringlog_write not block when the log is full? Because the log is for the most recent
+events, and a writer that blocked would delay the service to keep events that nobody will read.
+
+Why is the message cut at 96 bytes? Because a record of 128 bytes fits two cache lines on most
+machines, and the timestamp, the severity and the source take the rest of the record.
+
+Why does ringlog_read return -1 instead of skipping to the oldest record? Because a reader that
+falls behind should know that it lost records; call ringlog_oldest(log) to skip to the oldest
+record, and ringlog_count(log) to know how many records were lost.
+)",
+};
+
+std::vector<std::int32_t> bytes_as_tokens(std::span<const std::byte> bytes)
+{
+    std::vector<std::int32_t> tokens;
+    tokens.reserve(bytes.size());
+    for (const std::byte b : bytes) {
+        tokens.push_back(std::to_integer<std::int32_t>(b));
+    }
+    return tokens;
+}
+
+// Whitespace-separated non-negative integers; a bad one is named with its place in the file,
+// since a file of ids is usually written by another program and the place is what finds the bug.
+std::vector<std::int32_t> parse_ids(std::span<const std::byte> bytes, const std::string& path)
+{
+    const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+    std::vector<std::int32_t> tokens;
+    std::size_t line = 1;
+    std::size_t line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        if (space(text[i])) {
+            if (text[i] == '\n') {
+                ++line;
+                line_start = i + 1;
+            }
+            ++i;
+            continue;
+        }
+        std::size_t end = i;
+        while (end < text.size() && !space(text[end])) {
+            ++end;
+        }
+        const std::string_view word = text.substr(i, end - i);
+        std::int32_t value = 0;
+        const auto [stop, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+        const char* problem = ec == std::errc::result_out_of_range                    ? "is out of range (token ids are 32-bit)"
+                              : ec != std::errc() || stop != word.data() + word.size() ? "is not an integer"
+                              : value < 0                                              ? "is negative (token ids are not)"
+                                                                                       : nullptr;
+        if (problem != nullptr) {
+            // Long words are cut so that a binary file given by mistake does not flood the terminal.
+            const std::string_view shown = word.substr(0, 40);
+            fail(fmt::format("'{}': token {} ('{}{}', line {}, column {}) {}", path, tokens.size() + 1, shown,
+                             shown.size() < word.size() ? "..." : "", line, i - line_start + 1, problem));
+        }
+        tokens.push_back(value);
+        i = end;
+    }
+    return tokens;
+}
+
+void run_spec(const spec_options& opt)
+{
+    std::vector<std::int32_t> tokens;
+    std::string source;
+    if (opt.file.empty()) {
+        std::string text;
+        for (const std::string_view paragraph : spec_sample) {
+            text += paragraph;
+        }
+        tokens = bytes_as_tokens(std::as_bytes(std::span(text.data(), text.size())));
+        source = "the built-in sample (bytes as tokens)";
+    } else {
+        const std::vector<std::byte> bytes = read_file(opt.file);
+        tokens = opt.ids ? parse_ids(bytes, opt.file) : bytes_as_tokens(bytes);
+        source = fmt::format("'{}' ({})", opt.file, opt.ids ? "token ids" : "bytes as tokens");
+    }
+    if (tokens.size() < 2) {
+        fail(fmt::format("{} holds {} token{}: a replay needs at least 2 (a prompt and one to generate)", source, tokens.size(),
+                         tokens.size() == 1 ? "" : "s"));
+    }
+
+    const qk::spec::replay_options replay_opt{
+        .prompt = std::min<std::size_t>(32, tokens.size() - 1),
+        .n_batch = 512,
+        .max_draft = static_cast<std::size_t>(opt.m), // the drafters' own limit, so --m governs alone
+    };
+    const qk::spec::ngram_config config{.size_ngram = opt.n, .size_mgram = opt.m, .check_rate = 1};
+    const qk::spec::ngram_map::config map_config{.size_ngram = opt.n, .size_mgram = opt.m, .check_rate = 1, .min_hits = 1, .values = true};
+    auto key_only = map_config;
+    key_only.values = false;
+
+    fmt::print("{}: {} tokens, prompt {}, n_batch {}, n = {}, m = {}\n\n", source, tokens.size(), replay_opt.prompt,
+               replay_opt.n_batch, opt.n, opt.m);
+    fmt::print("{:<20} {:>9} {:>9} {:>11} {:>12} {:>11} {:>11} {:>9}\n", "drafter", "accepted", "mean len", "tokens/eval",
+               "evals saved", "baseline", "drafts", "ns/call");
+    std::vector<qk::spec::replay_result> results;
+    const auto row = [&](std::string_view name, auto drafter) {
+        const qk::spec::replay_result r = qk::spec::replay(tokens, drafter, replay_opt);
+        fmt::print("{:<20} {:>8.1f}% {:>9.2f} {:>11.3f} {:>12} {:>11} {:>11} {:>9.1f}\n", name, 100.0 * r.acceptance_rate(),
+                   r.mean_accepted(), r.tokens_per_evaluation(), r.evaluations_saved(), r.baseline, r.drafts, r.draft_ns_per_call());
+        results.push_back(r);
+    };
+    row("ngram_simple", qk::spec::ngram_simple(config));
+    row("ngram_index", qk::spec::ngram_index(config));
+    row("ngram_map (values)", qk::spec::ngram_map(map_config));
+    row("ngram_map (key-only)", qk::spec::ngram_map(key_only));
+    fmt::print("\n  accepted: drafted tokens the target accepted; mean len: accepted tokens per draft;\n"
+               "  tokens/eval: generated tokens per generation evaluation; evals saved: against `baseline`,\n"
+               "  one evaluation per token (negative: a loss); drafts: steps that drafted;\n"
+               "  ns/call: time in draft() per step, one clock read included\n");
+    // ngram_index promises exactly ngram_simple's drafts, so any difference here is a library bug.
+    if (results[0].drafted != results[1].drafted || results[0].accepted != results[1].accepted || results[0].steps != results[1].steps) {
+        fmt::print(stderr, "qk spec: warning: ngram_index drafted differently from ngram_simple ({} vs {} tokens drafted)\n",
+                   results[1].drafted, results[0].drafted);
+    }
+}
+
 int main(int argc, char** argv)
 {
     CLI::App app{"qk: the qkern tool. Without a subcommand it runs `qk tour`.", "qk"};
@@ -1093,6 +1308,15 @@ int main(int argc, char** argv)
     sample->add_option("--seed", sample_opt.seed, "seed every sampler of the chain is reseeded with")->capture_default_str();
     sample->add_option("--n", sample_opt.n, "tokens to draw")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();
 
+    spec_options spec_opt;
+    CLI::App* spec = app.add_subcommand("spec", "replay a token sequence through every n-gram drafter (qk::spec) and print acceptance, "
+                                                "tokens per evaluation, evaluations saved and drafting time");
+    CLI::Option* spec_file =
+        spec->add_option("file", spec_opt.file, "text file, its bytes the tokens (default: a built-in sample of documentation)");
+    spec->add_flag("--ids", spec_opt.ids, "the file holds whitespace-separated token ids instead of text")->needs(spec_file);
+    spec->add_option("--n", spec_opt.n, "size_ngram: tokens of the matched n-gram")->check(CLI::Range(1, 4096))->capture_default_str();
+    spec->add_option("--m", spec_opt.m, "size_mgram: the most tokens a draft proposes")->check(CLI::Range(1, 4096))->capture_default_str();
+
     convert_options dequantize_opt;
     CLI::App* dequantize = add_convert_command(app, "dequantize", "dequantize a file of block rows to raw little-endian float32",
                                                dequantize_opt, "input file of blocks", "raw float32 output file");
@@ -1118,6 +1342,8 @@ int main(int argc, char** argv)
             run_solve(solve_opt);
         } else if (app.got_subcommand(sample)) {
             run_sample(sample_opt);
+        } else if (app.got_subcommand(spec)) {
+            run_spec(spec_opt);
         } else if (app.got_subcommand(quantize)) {
             require_little_endian();
             qk::visit_format(qk::parse_format(quantize_opt.type),

@@ -259,7 +259,10 @@ TEST_CASE("replay: its counts equal a direct simulation of drafted decoding unde
             CHECK(r.drafted == drafted_total);
             CHECK(r.generated == tokens.size() - 100);
             CHECK(r.baseline == (100 + n_batch - 1) / n_batch + tokens.size() - 100 - 1);
-            CHECK(r.evaluations_saved() == (r.baseline > r.evaluations ? r.baseline - r.evaluations : 0));
+            CHECK(r.evaluations_saved() == static_cast<std::int64_t>(r.baseline) - static_cast<std::int64_t>(r.evaluations));
+            if (length == 0) {
+                CHECK(r.tokens_per_evaluation() == 1.0);
+            }
             // Each history the drafter saw is one position: the positions only move forward.
             for (std::size_t i = 1; i < seen.size(); ++i) {
                 CHECK(seen[i] > seen[i - 1]);
@@ -278,4 +281,29 @@ TEST_CASE("replay: its counts equal a direct simulation of drafted decoding unde
     CHECK_THROWS_AS((void)qk::spec::replay(std::span<const std::int32_t>(tokens).first(5), drafter, {.prompt = 5}), qk::error);
     CHECK_THROWS_AS((void)qk::spec::replay(tokens, drafter, {.prompt = 0}), qk::error);
     CHECK_THROWS_AS((void)qk::spec::replay(tokens, drafter, {.prompt = 4, .n_batch = 0}), qk::error);
+}
+
+TEST_CASE("ngram_map feedback on a draft the caller cut: all verified tokens accepted is a full acceptance")
+{
+    // Period 5: every key has one continuation, so each call drafts the same key's value again.
+    std::vector<std::int32_t> tokens;
+    for (int i = 0; i < 200; ++i) {
+        tokens.push_back(i % 5);
+    }
+    const auto draft_length_after = [&](bool tell_verified) {
+        qk::spec::ngram_map map({.size_ngram = 2, .size_mgram = 8});
+        const auto history = std::span<const std::int32_t>(tokens).first(100);
+        const auto first = map.draft(history, tokens[100]);
+        REQUIRE(first.size() == 8);
+        if (tell_verified) {
+            map.accept(3, 3); // the caller verified only 3 of the 8 tokens, and all were accepted
+        } else {
+            map.accept(3); // 3 of 8 accepted
+        }
+        return map.draft(history, tokens[100]).size();
+    };
+    CHECK(draft_length_after(true) == 8);
+    CHECK(draft_length_after(false) == 3);
+    qk::spec::ngram_map map({.size_ngram = 2, .size_mgram = 8});
+    CHECK_THROWS_AS(map.accept(1, -1), qk::error);
 }

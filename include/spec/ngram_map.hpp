@@ -12,7 +12,8 @@
 //  - the draft is the chosen value's first min(m, cap) tokens (the value itself, not whatever
 //    followed the latest match); a key's cap starts at m. accept(n_accepted) after a draft sets
 //    the drafted key's cap to max(1, n_accepted) when fewer tokens were accepted than drafted,
-//    and doubles it (up to m) when all were, so a capped key grows back.
+//    and doubles it (up to m) when all were, so a capped key grows back (accept(n_accepted,
+//    n_verified) when only a prefix of the draft was verified: all of it accepted is "all").
 // The statistics grow with the history in O(n + 4m) per appended token; a history found shorter
 // than before (tokens cut off the end) or passed to begin() is re-read from the start.
 #pragma once
@@ -71,7 +72,7 @@ public:
             const auto p = static_cast<std::size_t>(k.position);
             return history[p + n - 1] == sampled && std::equal(tail, tail + (n - 1), history.data() + p);
         };
-        for (;; ++h) { // hashes of different keys that collide are probed onwards
+        for (;; h = next(h)) { // hashes of different keys that collide are probed onwards
             const auto it = keys_.find(h);
             if (it == keys_.end()) {
                 return result;
@@ -105,15 +106,21 @@ public:
     }
 
     // Feedback on the last draft: how many of its tokens the target accepted.
-    void accept(std::int32_t n_accepted)
+    void accept(std::int32_t n_accepted) { accept(n_accepted, last_length_); }
+
+    // The same when the caller verified only the first n_verified tokens of the draft (it cut
+    // the draft to fit its budget): accepting all of those counts as a full acceptance.
+    void accept(std::int32_t n_accepted, std::int32_t n_verified)
     {
-        if (n_accepted < 0) {
-            qk::detail::fail("qk::spec::ngram_map::accept: n_accepted=", n_accepted, " is negative");
+        if (n_accepted < 0 || n_verified < 0) {
+            qk::detail::fail("qk::spec::ngram_map::accept: n_accepted=", n_accepted, ", n_verified=", n_verified,
+                             ": counts cannot be negative");
         }
         if (last_key_ == no_key) {
             return;
         }
-        const std::int32_t cap = n_accepted >= last_length_ ? std::min(config_.size_mgram, 2 * last_length_) : std::max(1, n_accepted);
+        const bool full = n_accepted >= std::min(n_verified, last_length_);
+        const std::int32_t cap = full ? std::min(config_.size_mgram, 2 * last_length_) : std::max(1, n_accepted);
         caps_[last_key_] = cap;
         last_key_ = no_key;
     }
@@ -137,6 +144,7 @@ private:
         h ^= h >> 29;
         return h == no_key ? 1 : h;
     }
+    [[nodiscard]] static std::uint64_t next(std::uint64_t h) noexcept { return h + 1 == no_key ? 1 : h + 1; }
 
     struct value_stats {
         std::int32_t position = 0; // where its first occurrence's tokens start
@@ -181,7 +189,7 @@ private:
         for (std::size_t i = 0; i < n; ++i) {
             h = mix(h, history[j + i]);
         }
-        for (;; ++h) {
+        for (;; h = next(h)) {
             auto [it, inserted] = keys_.try_emplace(h);
             key_stats& k = it->second;
             if (inserted) {

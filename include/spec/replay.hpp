@@ -36,20 +36,27 @@ struct replay_result {
 
     [[nodiscard]] double acceptance_rate() const noexcept { return drafted == 0 ? 0.0 : double(accepted) / double(drafted); }
     [[nodiscard]] double mean_accepted() const noexcept { return drafts == 0 ? 0.0 : double(accepted) / double(drafts); }
+    // Tokens per evaluation after the prompt's (which produces the first generated token): 1.0
+    // without drafting.
     [[nodiscard]] double tokens_per_evaluation() const noexcept
     {
         const std::size_t generation = evaluations - prompt_evaluations;
-        return generation == 0 ? 0.0 : double(generated) / double(generation);
+        return generation == 0 ? 0.0 : double(generated - 1) / double(generation);
     }
-    [[nodiscard]] std::size_t evaluations_saved() const noexcept { return baseline > evaluations ? baseline - evaluations : 0; }
+    // Negative when drafting cost evaluations (drafts longer than n_batch split into several).
+    [[nodiscard]] std::int64_t evaluations_saved() const noexcept
+    {
+        return static_cast<std::int64_t>(baseline) - static_cast<std::int64_t>(evaluations);
+    }
     [[nodiscard]] double draft_ns_per_call() const noexcept { return steps == 0 ? 0.0 : draft_seconds * 1e9 / double(steps); }
 
     std::size_t prompt_evaluations = 0;
 };
 
-// Drafter: anything with draft(history, sampled) -> std::vector<std::int32_t>; accept(n) is
-// called after each draft when the drafter has it (ngram_map's feedback). The sequence needs more
-// tokens than the prompt.
+// Drafter: anything with draft(history, sampled) -> std::vector<std::int32_t>. After each
+// non-empty draft the drafter's feedback hook is called when it has one: accept(accepted,
+// verified) (ngram_map: `verified` is the draft's length after the replay cut it) or accept(n).
+// The sequence needs more tokens than the prompt.
 template <class Drafter>
 [[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {})
 {
@@ -84,8 +91,10 @@ template <class Drafter>
             r.drafted += draft.size();
             r.accepted += accepted;
         }
-        if constexpr (requires { drafter.accept(std::int32_t{}); }) {
-            if (!draft.empty()) {
+        if (!draft.empty()) {
+            if constexpr (requires { drafter.accept(std::int32_t{}, std::int32_t{}); }) {
+                drafter.accept(static_cast<std::int32_t>(accepted), static_cast<std::int32_t>(draft.size()));
+            } else if constexpr (requires { drafter.accept(std::int32_t{}); }) {
                 drafter.accept(static_cast<std::int32_t>(accepted));
             }
         }
