@@ -3,7 +3,11 @@
 // (size_mgram), and how often a draft is attempted (every check_rate calls).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "../kernels/error.hpp"
 
@@ -34,6 +38,28 @@ inline void check_config(const char* drafter, const ngram_config& c)
     }
     counter = 0;
     return true;
+}
+
+// Steps 4 and 5 of ngram_simple's definition once a start j is known to match: the draft is the
+// c = min(m, L - (j + n)) tokens after the match, or nothing when c < n. Shared by ngram_simple
+// and ngram_index, whose drafts must be the same.
+[[nodiscard]] inline std::vector<std::int32_t> continuation(std::span<const std::int32_t> history, std::size_t j, std::size_t n,
+                                                           std::size_t m)
+{
+    const std::size_t count = std::min(m, history.size() - (j + n));
+    if (count < n) {
+        return {};
+    }
+    const auto first = history.begin() + static_cast<std::ptrdiff_t>(j + n);
+    return {first, first + static_cast<std::ptrdiff_t>(count)};
+}
+
+// Whether the n tokens at history[j] are the pattern: the history's last n - 1 and `sampled`.
+[[nodiscard]] inline bool matches_pattern(std::span<const std::int32_t> history, std::size_t j, std::size_t n,
+                                          std::int32_t sampled) noexcept
+{
+    const std::int32_t* tail = history.data() + (history.size() - n + 1);
+    return history[j + n - 1] == sampled && std::equal(tail, tail + (n - 1), history.data() + j);
 }
 
 } // namespace detail

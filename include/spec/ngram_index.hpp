@@ -48,14 +48,8 @@ public:
         // Positions sharing the hash, most recent first; a different n-gram with the same hash
         // is passed over.
         for (std::int32_t j = head->second; j >= 1; j = previous_[static_cast<std::size_t>(j)]) {
-            const auto start = static_cast<std::size_t>(j);
-            if (history[start + n - 1] == sampled && std::equal(tail, tail + (n - 1), history.data() + start)) {
-                const std::size_t count = std::min(m, length - (start + n));
-                if (count >= n) {
-                    result.assign(history.begin() + static_cast<std::ptrdiff_t>(start + n),
-                                  history.begin() + static_cast<std::ptrdiff_t>(start + n + count));
-                }
-                return result;
+            if (detail::matches_pattern(history, static_cast<std::size_t>(j), n, sampled)) {
+                return detail::continuation(history, static_cast<std::size_t>(j), n, m);
             }
         }
         return result;

@@ -38,16 +38,9 @@ public:
         if (length <= n + m + 1) {
             return result;
         }
-        // The pattern's first n - 1 tokens are the history's last ones: compare those in place.
-        const std::int32_t* tail = history.data() + (length - n + 1);
         for (std::size_t j = length - n - 1; j >= 1; --j) {
-            if (history[j + n - 1] == sampled && std::equal(tail, tail + (n - 1), history.data() + j)) {
-                const std::size_t count = std::min(m, length - (j + n));
-                if (count >= n) {
-                    result.assign(history.begin() + static_cast<std::ptrdiff_t>(j + n),
-                                  history.begin() + static_cast<std::ptrdiff_t>(j + n + count));
-                }
-                return result;
+            if (detail::matches_pattern(history, j, n, sampled)) {
+                return detail::continuation(history, j, n, m);
             }
         }
         return result;
