@@ -97,7 +97,8 @@ public:
     }
 
     // The candidates the last select() or sample() chose from, with probabilities (the softmax of
-    // their final logits), in the chain's final order. Converts a whole vocabulary into a list.
+    // their final logits), in the chain's final order. Converts a whole vocabulary into a list,
+    // reading the last step's logits again: they must still be alive and unchanged.
     [[nodiscard]] std::span<const token_data> final_candidates()
     {
         if (candidates_.size() == 0 || candidates_.selected() < 0) {
