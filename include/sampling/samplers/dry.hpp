@@ -19,6 +19,7 @@
 
 #include "../candidates.hpp"
 #include "../parameters.hpp"
+#include "../recent_tokens.hpp"
 #include "../sampler.hpp"
 
 namespace qk::sampling {
@@ -36,7 +37,7 @@ public:
         std::vector<std::vector<std::int32_t>> breakers;
     };
 
-    explicit dry(config cfg) : cfg_(std::move(cfg))
+    explicit dry(config cfg) : cfg_(std::move(cfg)), history_(cfg_.last_n)
     {
         if (!(cfg_.multiplier == cfg_.multiplier) || !(cfg_.base == cfg_.base) || cfg_.allowed_length < 0 || cfg_.last_n < -1) {
             qk::detail::fail("qk::sampling::dry: multiplier=", cfg_.multiplier, ", base=", cfg_.base, ", allowed_length=",
@@ -53,9 +54,6 @@ public:
                 }
             }
         }
-        if (cfg_.last_n > 0) {
-            history_.reserve(static_cast<std::size_t>(cfg_.last_n));
-        }
     }
 
     void apply(candidates& c) const
@@ -69,7 +67,7 @@ public:
         }
         window_.resize(n);
         for (std::size_t i = 0; i < n; ++i) {
-            window_[i] = history_[(start_ + i) % n];
+            window_[i] = history_[i];
         }
         const std::size_t limit = repetition_limit();
         if (limit < static_cast<std::size_t>(cfg_.allowed_length)) {
@@ -144,22 +142,10 @@ public:
     void accept(std::int32_t token)
     {
         detail::check_token(name, token);
-        if (cfg_.last_n == 0) {
-            return;
-        }
-        if (cfg_.last_n > 0 && history_.size() == static_cast<std::size_t>(cfg_.last_n)) {
-            history_[start_] = token;
-            start_ = (start_ + 1) % history_.size();
-        } else {
-            history_.push_back(token);
-        }
+        (void)history_.push(token);
     }
 
-    void reset()
-    {
-        history_.clear();
-        start_ = 0;
-    }
+    void reset() { history_.clear(); }
 
     [[nodiscard]] std::string describe() const
     {
@@ -224,8 +210,7 @@ private:
     }
 
     config cfg_;
-    std::vector<std::int32_t> history_; // a ring of the last last_n tokens once full
-    std::size_t start_ = 0;             // the oldest entry of the full ring
+    detail::recent_tokens history_;
     // Scratch, kept for its capacity.
     mutable std::vector<std::int32_t> window_;
     mutable std::vector<std::size_t> z_;

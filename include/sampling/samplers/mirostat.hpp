@@ -33,16 +33,51 @@ inline constexpr float inverse_ln2 = 1.44269504f;
     return -opaque(log(p) * inverse_ln2);
 }
 
-// Draws from the sorted, truncated list and records the selected token's surprise.
-inline void mirostat_select(candidates& c, double u, float& pending_surprise, bool& pending)
-{
-    c.compute_probabilities();
-    const auto& l = c.list();
-    const std::size_t i = draw_index(l, u);
-    c.select(l[i].id);
-    pending_surprise = surprise(l[i].p);
-    pending = true;
-}
+// What both versions keep between steps: mu, moved on accept() by the surprise of the token the
+// last apply() selected, and the generator.
+struct mirostat_feedback {
+    mirostat_feedback(float tau_value, float eta_value, std::uint64_t seed_value, std::uint64_t stream)
+        : tau(tau_value), eta(eta_value), seed(seed_value), mu(2.0f * tau_value), random(seed_value, stream)
+    {
+    }
+
+    // Draws from the sorted, truncated list and records the selected token's surprise.
+    void select(candidates& c, double u)
+    {
+        c.compute_probabilities();
+        const auto& l = c.list();
+        const std::size_t i = draw_index(l, u);
+        c.select(l[i].id);
+        pending_surprise = surprise(l[i].p);
+        pending = true;
+    }
+    void accept(const char* sampler, std::int32_t token)
+    {
+        check_token(sampler, token);
+        if (pending) {
+            mu = mu - opaque(eta * (pending_surprise - tau));
+            pending = false;
+        }
+    }
+    void reseed(std::uint64_t seed_value)
+    {
+        seed = seed_value;
+        random.reseed(seed_value);
+    }
+    void reset()
+    {
+        mu = 2.0f * tau;
+        pending = false;
+    }
+
+    float tau;
+    float eta;
+    std::uint64_t seed;
+    float mu;
+    float pending_surprise = 0.0f;
+    bool pending = false;
+    random_source random;
+};
 
 } // namespace detail
 
@@ -52,7 +87,7 @@ public:
     static constexpr const char* name = "mirostat";
 
     explicit mirostat(float tau = 5.0f, float eta = 0.1f, std::int32_t m = 100, std::uint64_t seed = 0)
-        : tau_(tau), eta_(eta), m_(m), seed_(seed), mu_(2.0f * tau), random_(seed, stream::mirostat)
+        : m_(m), state_(tau, eta, seed, stream::mirostat)
     {
         if (!(tau == tau) || !(eta == eta) || m < 1) {
             qk::detail::fail("qk::sampling::mirostat: tau=", tau, ", eta=", eta, ", m=", m,
@@ -62,7 +97,7 @@ public:
 
     void apply(candidates& c)
     {
-        const double u = random_.uniform();
+        const double u = state_.random.uniform();
         const auto n_vocab = static_cast<float>(c.vocab_size());
         c.sort();
         c.compute_probabilities();
@@ -80,39 +115,24 @@ public:
         if (sum_tt > 0.0f) {
             const float s = sum_tb / sum_tt;
             const float e = s - 1.0f;
-            const float k = detail::pow(detail::opaque(e * detail::pow(2.0f, mu_)) / (1.0f - detail::pow(n_vocab, -e)), 1.0f / s);
+            const float k = detail::pow(detail::opaque(e * detail::pow(2.0f, state_.mu)) / (1.0f - detail::pow(n_vocab, -e)), 1.0f / s);
             // k may be NaN or beyond any size (a flat distribution): then everything stays.
             if (k == k && k < static_cast<float>(l.size())) {
                 keep = std::max<std::size_t>(1, static_cast<std::size_t>(k));
             }
         }
         c.truncate(keep);
-        detail::mirostat_select(c, u, pending_surprise_, pending_);
+        state_.select(c, u);
     }
 
-    void accept(std::int32_t token)
-    {
-        detail::check_token(name, token);
-        if (pending_) {
-            mu_ = mu_ - detail::opaque(eta_ * (pending_surprise_ - tau_));
-            pending_ = false;
-        }
-    }
-    void reseed(std::uint64_t seed)
-    {
-        seed_ = seed;
-        random_.reseed(seed);
-    }
-    void reset()
-    {
-        mu_ = 2.0f * tau_;
-        pending_ = false;
-    }
+    void accept(std::int32_t token) { state_.accept(name, token); }
+    void reseed(std::uint64_t seed) { state_.reseed(seed); }
+    void reset() { state_.reset(); }
 
-    [[nodiscard]] float mu() const noexcept { return mu_; }
+    [[nodiscard]] float mu() const noexcept { return state_.mu; }
     [[nodiscard]] std::string describe() const
     {
-        return qk::detail::message("mirostat(tau=", detail::shortest{tau_}, ",eta=", detail::shortest{eta_}, ",m=", m_, ",seed=", seed_, ")");
+        return qk::detail::message("mirostat(tau=", detail::shortest{state_.tau}, ",eta=", detail::shortest{state_.eta}, ",m=", m_, ",seed=", state_.seed, ")");
     }
 
     static mirostat from_arguments(std::vector<argument> given)
@@ -126,14 +146,8 @@ public:
     }
 
 private:
-    float tau_;
-    float eta_;
     std::int32_t m_;
-    std::uint64_t seed_;
-    float mu_;
-    float pending_surprise_ = 0.0f;
-    bool pending_ = false;
-    random_source random_;
+    detail::mirostat_feedback state_;
 };
 
 class mirostat_v2 {
@@ -142,7 +156,7 @@ public:
     static constexpr const char* name = "mirostat_v2";
 
     explicit mirostat_v2(float tau = 5.0f, float eta = 0.1f, std::uint64_t seed = 0)
-        : tau_(tau), eta_(eta), seed_(seed), mu_(2.0f * tau), random_(seed, stream::mirostat_v2)
+        : state_(tau, eta, seed, stream::mirostat_v2)
     {
         if (!(tau == tau) || !(eta == eta)) {
             qk::detail::fail("qk::sampling::mirostat_v2: tau=", tau, ", eta=", eta, ": NaN");
@@ -151,42 +165,27 @@ public:
 
     void apply(candidates& c)
     {
-        const double u = random_.uniform();
+        const double u = state_.random.uniform();
         c.sort();
         c.compute_probabilities();
         auto& l = c.list();
         c.check_max(l.front().logit);
         std::size_t keep = 0;
-        while (keep < l.size() && !(detail::surprise(l[keep].p) > mu_)) {
+        while (keep < l.size() && !(detail::surprise(l[keep].p) > state_.mu)) {
             ++keep;
         }
         c.truncate(std::max<std::size_t>(keep, 1));
-        detail::mirostat_select(c, u, pending_surprise_, pending_);
+        state_.select(c, u);
     }
 
-    void accept(std::int32_t token)
-    {
-        detail::check_token(name, token);
-        if (pending_) {
-            mu_ = mu_ - detail::opaque(eta_ * (pending_surprise_ - tau_));
-            pending_ = false;
-        }
-    }
-    void reseed(std::uint64_t seed)
-    {
-        seed_ = seed;
-        random_.reseed(seed);
-    }
-    void reset()
-    {
-        mu_ = 2.0f * tau_;
-        pending_ = false;
-    }
+    void accept(std::int32_t token) { state_.accept(name, token); }
+    void reseed(std::uint64_t seed) { state_.reseed(seed); }
+    void reset() { state_.reset(); }
 
-    [[nodiscard]] float mu() const noexcept { return mu_; }
+    [[nodiscard]] float mu() const noexcept { return state_.mu; }
     [[nodiscard]] std::string describe() const
     {
-        return qk::detail::message("mirostat_v2(tau=", detail::shortest{tau_}, ",eta=", detail::shortest{eta_}, ",seed=", seed_, ")");
+        return qk::detail::message("mirostat_v2(tau=", detail::shortest{state_.tau}, ",eta=", detail::shortest{state_.eta}, ",seed=", state_.seed, ")");
     }
 
     static mirostat_v2 from_arguments(std::vector<argument> given)
@@ -196,13 +195,7 @@ public:
     }
 
 private:
-    float tau_;
-    float eta_;
-    std::uint64_t seed_;
-    float mu_;
-    float pending_surprise_ = 0.0f;
-    bool pending_ = false;
-    random_source random_;
+    detail::mirostat_feedback state_;
 };
 
 } // namespace qk::sampling

@@ -13,6 +13,7 @@
 
 #include "../candidates.hpp"
 #include "../parameters.hpp"
+#include "../recent_tokens.hpp"
 #include "../sampler.hpp"
 
 namespace qk::sampling {
@@ -29,14 +30,13 @@ public:
         float presence = 0.0f;
     };
 
-    explicit penalties(config cfg) : cfg_(cfg)
+    explicit penalties(config cfg) : cfg_(cfg), history_(cfg.last_n)
     {
         if (cfg.last_n < -1 || !(cfg.repeat == cfg.repeat) || !(cfg.frequency == cfg.frequency) || !(cfg.presence == cfg.presence)) {
             qk::detail::fail("qk::sampling::penalties: last_n=", cfg.last_n, ", repeat=", cfg.repeat, ", frequency=", cfg.frequency,
                              ", presence=", cfg.presence, ": last_n must be -1 or more and the factors numbers");
         }
         if (cfg.last_n > 0) {
-            history_.reserve(static_cast<std::size_t>(cfg.last_n));
             counts_.reserve(static_cast<std::size_t>(cfg.last_n) + 1);
         }
     }
@@ -69,16 +69,11 @@ public:
         if (cfg_.last_n == 0) {
             return;
         }
-        if (cfg_.last_n > 0 && history_.size() == static_cast<std::size_t>(cfg_.last_n)) {
-            const std::int32_t old = history_[next_];
-            const auto it = find(old);
+        if (const auto old = history_.push(token)) {
+            const auto it = find(*old);
             if (--it->second == 0) {
                 counts_.erase(it);
             }
-            history_[next_] = token;
-            next_ = (next_ + 1) % history_.size();
-        } else {
-            history_.push_back(token);
         }
         const auto it = find(token);
         if (it != counts_.end() && it->first == token) {
@@ -92,7 +87,6 @@ public:
     {
         history_.clear();
         counts_.clear();
-        next_ = 0;
     }
 
     // How often each token occurs in the window, by token.
@@ -134,8 +128,7 @@ private:
     }
 
     config cfg_;
-    std::vector<std::int32_t> history_; // a ring of the last last_n tokens once full
-    std::size_t next_ = 0;              // the oldest entry of the full ring
+    detail::recent_tokens history_;
     std::vector<std::pair<std::int32_t, std::int32_t>> counts_;
 };
 

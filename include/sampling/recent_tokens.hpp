@@ -1,0 +1,53 @@
+// The window of the last `last_n` accepted tokens that the history-based samplers (penalties,
+// DRY) keep: a ring once full, unbounded for last_n = -1, nothing for last_n = 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace qk::sampling::detail {
+
+class recent_tokens {
+public:
+    explicit recent_tokens(std::int32_t last_n) : last_n_(last_n)
+    {
+        if (last_n > 0) {
+            ring_.reserve(static_cast<std::size_t>(last_n));
+        }
+    }
+
+    // Adds a token; returns the one that fell out of a full window.
+    std::optional<std::int32_t> push(std::int32_t token)
+    {
+        if (last_n_ == 0) {
+            return std::nullopt;
+        }
+        if (last_n_ > 0 && ring_.size() == static_cast<std::size_t>(last_n_)) {
+            const std::int32_t old = ring_[oldest_];
+            ring_[oldest_] = token;
+            oldest_ = (oldest_ + 1) % ring_.size();
+            return old;
+        }
+        ring_.push_back(token);
+        return std::nullopt;
+    }
+
+    [[nodiscard]] std::size_t size() const noexcept { return ring_.size(); }
+    // The i-th token of the window, oldest first.
+    [[nodiscard]] std::int32_t operator[](std::size_t i) const noexcept { return ring_[(oldest_ + i) % ring_.size()]; }
+
+    void clear() noexcept
+    {
+        ring_.clear();
+        oldest_ = 0;
+    }
+
+private:
+    std::int32_t last_n_;
+    std::vector<std::int32_t> ring_;
+    std::size_t oldest_ = 0;
+};
+
+} // namespace qk::sampling::detail
