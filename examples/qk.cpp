@@ -7,6 +7,8 @@
 // (qk::spec) and prints what drafting would save.
 #include <qkern.hpp>
 #include <backends/cpu/read_bandwidth.hpp>
+#include <backends/cpu/context.hpp>
+#include <backends/vulkan/vulkan.hpp>
 #include <kernels/gemv.hpp>
 
 #include <algorithm>
@@ -191,6 +193,49 @@ std::string hardware_threads()
     return n == 0 ? std::string("unknown") : fmt::format("{}", n);
 }
 
+// The Vulkan devices with the facts kernels size themselves by, or why there are none.
+void print_vulkan_devices()
+{
+#if defined(QKERN_ENABLE_VULKAN)
+    const auto devices = qk::backend::vulkan::list_devices();
+    if (devices.empty()) {
+        fmt::print("  vulkan         no device (no Vulkan driver, or it reports none)\n");
+        return;
+    }
+    for (const auto& d : devices) {
+        fmt::print("  vulkan {}       {} ({}, {}), class {}\n", d.index, d.name, qk::backend::vulkan::type_name(d.type), d.driver_name,
+                   qk::backend::vulkan::name(d.arch));
+        fmt::print("                 vendor 0x{:04x} device 0x{:04x}, Vulkan {}.{}.{}, driver {}\n", d.vendor_id, d.device_id,
+                   VK_API_VERSION_MAJOR(d.api_version), VK_API_VERSION_MINOR(d.api_version), VK_API_VERSION_PATCH(d.api_version),
+                   d.driver_info.empty() ? std::to_string(d.driver_version) : d.driver_info);
+        std::string heaps;
+        for (const auto& h : d.heaps) {
+            heaps += fmt::format("{}{:.1f} GiB{}", heaps.empty() ? "" : ", ", static_cast<double>(h.bytes) / (1u << 30),
+                                 h.device_local ? " device-local" : "");
+        }
+        fmt::print("                 memory heaps: {}\n", heaps);
+        fmt::print("                 subgroup {} (range {}-{}), shared memory {} bytes, push constants {} bytes\n", d.subgroup_size,
+                   d.min_subgroup_size, d.max_subgroup_size, d.shared_memory_bytes, d.push_constant_bytes);
+        fmt::print("                 int8 storage {}, int8 math {}, fp16 storage {}, fp16 math {}, fp64 math {}\n",
+                   d.int8_storage ? "yes" : "no", d.int8_arithmetic ? "yes" : "no", d.fp16_storage ? "yes" : "no",
+                   d.fp16_arithmetic ? "yes" : "no", d.fp64_arithmetic ? "yes" : "no");
+    }
+#else
+    fmt::print("  vulkan         not built in (configure with -DQKERN_VULKAN=ON and libvulkan-dev)\n");
+#endif
+}
+
+// --backend: "cpu" or "vulkan" (an error where this build has no Vulkan backend).
+void check_backend(const std::string& backend)
+{
+    if (backend != "cpu" && backend != "vulkan") {
+        throw qk::error(fmt::format("--backend '{}': expected cpu or vulkan", backend));
+    }
+    if (backend == "vulkan" && !qk::backend::vulkan::enabled) {
+        throw qk::error("--backend vulkan: this qk was built without the Vulkan backend (configure with -DQKERN_VULKAN=ON)");
+    }
+}
+
 void print_info()
 {
     fmt::print("{} (qkern header-only kernels)\n", version_string());
@@ -205,6 +250,7 @@ void print_info()
                    tag_name<qk::arch::native>());
     }
     fmt::print("  threads        {} hardware threads\n", hardware_threads());
+    print_vulkan_devices();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -647,6 +693,7 @@ CLI::App* add_convert_command(CLI::App& app, const char* name, const char* descr
 // run, since a mat-vec reads each weight once and that bandwidth is its ceiling.
 
 struct bench_options {
+    std::string backend = "cpu";
     std::string json;
     double seconds = 0.05;
     std::vector<std::size_t> threads{1, 2};
@@ -823,6 +870,48 @@ std::vector<measurement> run_benchmarks(const bench_options& opt)
     return results;
 }
 
+// qk bench --backend vulkan: the device's streaming read, then the mat-vec per format on resident
+// weights (14336 x 4096, float activations), against that bandwidth.
+std::vector<measurement> run_vulkan_benchmarks([[maybe_unused]] const bench_options& opt)
+{
+    std::vector<measurement> results;
+#if defined(QKERN_ENABLE_VULKAN)
+    namespace vk = qk::backend::vulkan;
+    constexpr std::size_t rows = 14336;
+    constexpr std::size_t cols = 4096;
+    const vk::device dev;
+    const std::string arch = "vulkan";
+    progress_line progress(1 + 4);
+    progress.step(fmt::format("streaming read on {}", dev.facts().name));
+    const double bandwidth = vk::measure_read_bandwidth(dev);
+    results.push_back({"read", "f32", arch, 0, 0.0, 0.0, bandwidth / 1e9, 1.0});
+    vk::gemv_workspace ws(dev);
+    std::vector<float> x(cols);
+    for (std::size_t i = 0; i < cols; ++i) {
+        x[i] = static_cast<float>(i % 17) - 8.0f;
+    }
+    std::vector<float> y(rows);
+    const auto bench_format = [&]<class Block>(std::type_identity<Block>) {
+        if constexpr (qk::weight_format<Block>) {
+            const std::string name(qk::format_traits<Block>::name);
+            progress.step(fmt::format("gemv {} on {}", name, dev.facts().name));
+            const std::size_t blocks = rows * cols / qk::format_traits<Block>::block_size;
+            const auto m = vk::upload_matrix<Block>(dev, std::span<const Block>(random_blocks<Block>(blocks, 3)), rows, cols);
+            const double seconds = seconds_per_call([&] { vk::gemv(dev, ws, m, x, y); }, 4 * opt.seconds);
+            const double bytes_per_second = static_cast<double>(m.bytes()) / seconds;
+            results.push_back({"gemv", name, arch, 0, seconds * 1e9 / static_cast<double>(blocks),
+                               seconds * 1e9 / static_cast<double>(rows * cols / 32), bytes_per_second / 1e9, bytes_per_second / bandwidth});
+        }
+    };
+    for (qk::format f : qk::all_formats) {
+        qk::visit_format(f, bench_format);
+    }
+    fmt::print("  bench device   {} (threads 0: the device; gemv times include the upload of x and download of y)\n",
+               dev.facts().name);
+#endif
+    return results;
+}
+
 void print_benchmarks(const std::vector<measurement>& results)
 {
     fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8} {:>8}\n", "op", "format", "arch", "threads", "ns/block", "ns/32", "GB/s",
@@ -830,8 +919,8 @@ void print_benchmarks(const std::vector<measurement>& results)
     for (const measurement& m : results) {
         const std::string fraction = m.bandwidth_fraction >= 0 ? fmt::format("{:.1f}%", 100.0 * m.bandwidth_fraction) : "";
         if (m.op == "read") {
-            fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8.2f} {:>8}\n", m.op, m.format, "streaming", m.threads, "", "", m.gb_per_s,
-                       "");
+            fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8.2f} {:>8}\n", m.op, m.format,
+                       m.arch.empty() ? "streaming" : m.arch + " streaming", m.threads, "", "", m.gb_per_s, "");
         } else {
             fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10.3f} {:>9.3f} {:>8.2f} {:>8}\n", m.op, m.format, m.arch, m.threads, m.ns_per_block,
                        m.ns_per_32, m.gb_per_s, fraction);
@@ -845,7 +934,9 @@ void write_benchmarks_json(const std::string& path, const std::vector<measuremen
     for (std::size_t i = 0; i < results.size(); ++i) {
         const measurement& m = results[i];
         if (m.op == "read") {
-            text += fmt::format(R"(  {{"op": "read", "threads": {}, "gb_per_s": {:.4f}}})", m.threads, m.gb_per_s);
+            text += m.arch.empty() ? fmt::format(R"(  {{"op": "read", "threads": {}, "gb_per_s": {:.4f}}})", m.threads, m.gb_per_s)
+                                   : fmt::format(R"(  {{"op": "read", "arch": "{}", "threads": {}, "gb_per_s": {:.4f}}})", m.arch,
+                                                 m.threads, m.gb_per_s);
         } else {
             text += fmt::format(R"(  {{"op": "{}", "format": "{}", "arch": "{}", "threads": {}, "ns_per_block": {:.4f}, "ns_per_32": {:.4f}, "gb_per_s": {:.4f})",
                                 m.op, m.format, m.arch, m.threads, m.ns_per_block, m.ns_per_32, m.gb_per_s);
@@ -871,6 +962,7 @@ struct solve_options {
     bool unit = false;
     std::size_t threads = 1;
     int repeat = 20;
+    std::string backend = "cpu";
 };
 
 // max over batches of ||A X - B|| / (||A|| ||X||) in the infinity norm, computed in double; a
@@ -924,6 +1016,22 @@ double solve_residual(const std::vector<float>& a, const std::vector<float>& b, 
     return worst;
 }
 
+void report_solve(const solve_options& opt, const qk::tri_options& tri, const std::vector<float>& a, const std::vector<float>& b,
+                  const std::vector<float>& x, double best, double total, const std::string& where)
+{
+    const auto n = static_cast<std::size_t>(opt.n);
+    const auto k = static_cast<std::size_t>(opt.k);
+    const auto batch = static_cast<std::size_t>(opt.batch);
+    const double flops = static_cast<double>(n * n * k * batch);
+    const double residual = solve_residual(a, b, x, opt, tri);
+    fmt::print("solve_tri {} ({}): n = {}, k = {}, batch = {}, {}\n", tri.left ? "A X = B" : "X A = B",
+               qk::detail::tri_variant_name(tri), n, k, batch, where);
+    fmt::print("  time           {:.3f} ms best, {:.3f} ms mean of {} runs\n", best * 1e3, total / opt.repeat * 1e3, opt.repeat);
+    fmt::print("  speed          {:.2f} GFLOP/s (n * n * k flops per batch)\n", flops / best * 1e-9);
+    fmt::print("  residual       {:.3g} = {:.3g} n eps  (max over batches of ||AX - B|| / (||A|| ||X||), infinity norm)\n", residual,
+               residual / (static_cast<double>(n) * FLT_EPSILON));
+}
+
 void run_solve(const solve_options& opt)
 {
     const qk::tri_options tri{.left = !opt.right, .lower = !opt.upper, .unit = opt.unit};
@@ -958,25 +1066,28 @@ void run_solve(const solve_options& opt)
         v = unit(rng);
     }
 
-    qk::backend::cpu::thread_pool pool(opt.threads);
-    double best = 1e300;
-    double total = 0.0;
-    for (int r = 0; r < opt.repeat; ++r) {
-        const auto start = std::chrono::steady_clock::now();
-        qk::solve_tri(a.data(), b.data(), x.data(), opt.n, opt.k, opt.batch, tri, pool);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        best = std::min(best, seconds);
-        total += seconds;
+    const auto solve = [&]<class Context>(Context& context, const std::string& where) {
+        double best = 1e300;
+        double total = 0.0;
+        for (int r = 0; r < opt.repeat; ++r) {
+            const auto start = std::chrono::steady_clock::now();
+            context.solve_tri(a.data(), b.data(), x.data(), opt.n, opt.k, opt.batch, tri);
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            best = std::min(best, seconds);
+            total += seconds;
+        }
+        report_solve(opt, tri, a, b, x, best, total, where);
+    };
+    check_backend(opt.backend);
+    if (opt.backend == "vulkan") {
+#if defined(QKERN_ENABLE_VULKAN)
+        qk::backend::vulkan::context context;
+        solve(context, context.name() + " (times include the transfers)");
+#endif
+    } else {
+        qk::backend::cpu::context context(opt.threads);
+        solve(context, fmt::format("{} thread{}, tag {}", opt.threads, opt.threads == 1 ? "" : "s", tag_name<qk::arch::solve_tri_native>()));
     }
-    const double flops = static_cast<double>(n * n * k * batch);
-    const double residual = solve_residual(a, b, x, opt, tri);
-    fmt::print("solve_tri {} ({}): n = {}, k = {}, batch = {}, {} thread{}, tag {}\n", tri.left ? "A X = B" : "X A = B",
-               qk::detail::tri_variant_name(tri), n, k, batch, opt.threads, opt.threads == 1 ? "" : "s",
-               tag_name<qk::arch::solve_tri_native>());
-    fmt::print("  time           {:.3f} ms best, {:.3f} ms mean of {} runs\n", best * 1e3, total / opt.repeat * 1e3, opt.repeat);
-    fmt::print("  speed          {:.2f} GFLOP/s (n * n * k flops per batch)\n", flops / best * 1e-9);
-    fmt::print("  residual       {:.3g} = {:.3g} n eps  (max over batches of ||AX - B|| / (||A|| ||X||), infinity norm)\n", residual,
-               residual / (static_cast<double>(n) * FLT_EPSILON));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1280,6 +1391,8 @@ int main(int argc, char** argv)
     CLI::App* bench = app.add_subcommand("bench", "measure the kernels briefly: dot products in cache on every tag this CPU runs, "
                                                   "mat-vec 14336 x 4096 against the streaming-read bandwidth");
     bench->add_option("--json", bench_opt.json, "also write the measurements as a JSON array to this file");
+    bench->add_option("--backend", bench_opt.backend, "cpu, or vulkan: the mat-vec on the Vulkan device (QKERN_VULKAN_DEVICE picks one)")
+        ->capture_default_str();
     bench->add_option("--seconds", bench_opt.seconds, "time budget of one dot measurement (mat-vec: 4x)")->check(CLI::Range(0.001, 10.0));
     bench->add_option("--threads", bench_opt.threads, "thread counts for mat-vec and bandwidth")->check(CLI::Range(1, 1024));
 
@@ -1292,6 +1405,7 @@ int main(int argc, char** argv)
     solve->add_flag("--right", solve_opt.right, "solve X A = B instead of A X = B");
     solve->add_flag("--upper", solve_opt.upper, "A is upper triangular (default: lower)");
     solve->add_flag("--unit", solve_opt.unit, "A has a unit diagonal (its stored diagonal is ignored)");
+    solve->add_option("--backend", solve_opt.backend, "cpu, or vulkan (QKERN_VULKAN_DEVICE picks the device)")->capture_default_str();
     solve->add_option("--threads", solve_opt.threads, "threads of the CPU pool")->check(CLI::Range(1, 1024))->capture_default_str();
     solve->add_option("--repeat", solve_opt.repeat, "timed runs; the best is reported")->check(CLI::Range(1, 100000))->capture_default_str();
 
@@ -1331,8 +1445,9 @@ int main(int argc, char** argv)
         if (app.got_subcommand(info)) {
             print_info();
         } else if (app.got_subcommand(bench)) {
+            check_backend(bench_opt.backend);
             print_info();
-            const auto results = run_benchmarks(bench_opt);
+            const auto results = bench_opt.backend == "vulkan" ? run_vulkan_benchmarks(bench_opt) : run_benchmarks(bench_opt);
             fmt::print("\n");
             print_benchmarks(results);
             if (!bench_opt.json.empty()) {

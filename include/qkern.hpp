@@ -7,8 +7,10 @@
 #define QKERN_VERSION_MINOR 1
 #define QKERN_VERSION_PATCH 0
 
+#include "backends/cpu/context.hpp"
 #include "backends/cpu/read_bandwidth.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "backends/vulkan/vulkan.hpp"
 #include "kernels/arch.hpp"
 #include "kernels/cpu_features.hpp"
 #include "kernels/dispatch.hpp"

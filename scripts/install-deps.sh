@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qkern's build, tests, benchmarks and qk tool need.
 # Silent when everything is present. Usage: scripts/install-deps.sh [--ci] [--arm]
-#   --ci   adds clang, and OpenBLAS and Eigen, which the solve_tri benchmark compares against
-#          when it finds them (so CI compiles those comparisons)
+#   --ci   adds clang, OpenBLAS and Eigen, which the solve_tri benchmark compares against when it
+#          finds them (so CI compiles those comparisons), and glslc, with which CI regenerates the
+#          embedded shaders to compare them with the checked-in headers
 #   --arm  adds the AArch64 cross build that runs under qemu-user (cmake/aarch64-linux-gnu.cmake):
 #          the cross g++, qemu-user, and the arm64 libfmt-dev (the tests link fmt) through Debian
 #          multiarch, which this enables for arm64 (dpkg --add-architecture) if needed
 set -euo pipefail
 
-packages=(cmake make g++ pkg-config libxsimd-dev libfmt-dev doctest-dev libbenchmark-dev libcli11-dev)
+# libvulkan-dev and mesa-vulkan-drivers (lavapipe, Mesa's CPU Vulkan driver) let the Vulkan
+# backend's tests run on any machine.
+packages=(cmake make g++ pkg-config libxsimd-dev libfmt-dev doctest-dev libbenchmark-dev libcli11-dev
+    libvulkan-dev mesa-vulkan-drivers)
 for option in "$@"; do
     case "$option" in
-        --ci) packages+=(clang libopenblas-dev libeigen3-dev) ;;
+        --ci) packages+=(clang libopenblas-dev libeigen3-dev glslc) ;;
         --arm) packages+=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libxsimd-dev:arm64) ;;
         *) echo "usage: $0 [--ci] [--arm]" >&2; exit 2 ;;
     esac

@@ -2,7 +2,8 @@
 # README command 2: configure (Release, in build/, shared with try.sh), build everything and run the tests.
 # Usage: scripts/test.sh [extra cmake configure arguments...]
 # Environment: BUILD_DIR (default build); QKERN_CMAKE_ARGS, more configure arguments split on
-# whitespace (given before the command-line ones, so those win).
+# whitespace (given before the command-line ones, so those win); QKERN_CTEST_ARGS, arguments for
+# ctest split on whitespace (CI uses it to run the Vulkan tests at one subgroup size in some stages).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,7 +12,8 @@ build=${BUILD_DIR:-build}
 read -ra env_args <<<"${QKERN_CMAKE_ARGS-}"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${env_args[@]}" "$@"
 cmake --build "$build" -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure
+read -ra ctest_args <<<"${QKERN_CTEST_ARGS-}"
+ctest --test-dir "$build" --output-on-failure "${ctest_args[@]}"
 
 # CTest shows a passing test's output only in its log: repeat doctest's summary of each executable.
 awk '/^[0-9]+\/[0-9]+ Test: / { name = $3 }

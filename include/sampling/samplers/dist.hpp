@@ -67,6 +67,9 @@ public:
     explicit dist(std::uint64_t seed = 0) : seed_(seed), random_(seed, stream::dist) {}
 
     void apply(candidates& c) { c.select(detail::draw_token(c, random_.uniform())); }
+    // Draws the uniform the next apply() would draw, advancing the generator the same way: a
+    // backend that runs the draw itself consumes exactly the number this chain would have.
+    [[nodiscard]] double next_uniform() { return random_.uniform(); }
     void reseed(std::uint64_t seed)
     {
         seed_ = seed;

@@ -1,0 +1,750 @@
+// Sampling on a Vulkan device over an [n_seq x n_vocab] logits matrix: argmax, softmax, top-k,
+// temperature, logit biases and the categorical draw as ops, and sample(), which runs whole
+// qk::sampling chains of those samplers and picks exactly the token chain.sample() picks.
+// Needs shaderFloat64 (the CPU's sums are in double); see sampling_workspace for the limits.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "../../kernels/error.hpp"
+#include "../../sampling/chain.hpp"
+#include "../../sampling/token_data.hpp"
+#include "device.hpp"
+#include "shaders/generated/sampling_argmax.hpp"
+#include "shaders/generated/sampling_chunks.hpp"
+#include "shaders/generated/sampling_finish.hpp"
+#include "shaders/generated/sampling_scale.hpp"
+#include "shaders/generated/sampling_top_k.hpp"
+#include "shaders/generated/sampling_transform.hpp"
+
+namespace qk::backend::vulkan {
+
+namespace detail::sampling {
+
+// The records shared with the kernels (sampling_common.glsl spells out each word).
+inline constexpr std::uint32_t row_words = 8;
+inline constexpr std::uint32_t op_words = 4;
+inline constexpr std::uint32_t result_words = 8;
+inline constexpr std::uint32_t all_rows = 0xffffffffu;
+
+enum flag : std::uint32_t {
+    active = 1,
+    max = 2,
+    sums = 4,
+    draw = 8,
+    factor = 16,
+    top_k = 32,
+    list = 64,
+    list_dist = 128,
+    write_list = 256,
+};
+enum kind : std::uint32_t { none = 0, divide = 1, bias = 2, keep_max = 3, keep_top_k = 4 };
+enum status : std::uint32_t { ok = 0, no_candidate = 1, infinite = 2 };
+enum result_word : std::uint32_t { index = 0, max_bits = 1, token = 2, status_word = 3, factor_bits = 6, list_size = 7 };
+
+// Seven storage buffers and four words of push constants for every kernel (one host path).
+inline constexpr kernel transform{"sampling_transform", spirv::sampling_transform, 7, 16};
+inline constexpr kernel argmax{"sampling_argmax", spirv::sampling_argmax, 7, 16};
+inline constexpr kernel chunks{"sampling_chunks", spirv::sampling_chunks, 7, 16};
+inline constexpr kernel finish{"sampling_finish", spirv::sampling_finish, 7, 16};
+inline constexpr kernel scale{"sampling_scale", spirv::sampling_scale, 7, 16};
+inline constexpr kernel top_k_kernel{"sampling_top_k", spirv::sampling_top_k, 7, 16};
+
+inline constexpr std::size_t chunk_size = 1024;
+
+struct op {
+    std::uint32_t kind = none;
+    std::uint32_t param = 0;
+    std::vector<std::pair<std::int32_t, float>> biases; // sorted by id
+};
+
+// What the kernels do for one row: the whole-vocabulary ops (one per stage), then either a
+// selection over the whole row or a top-k list with its own ops and selection.
+struct row_plan {
+    std::uint32_t flags = 0;
+    std::uint32_t k = 0;
+    double u = 0;
+    std::vector<op> stage;
+    std::vector<op> list;
+};
+
+[[nodiscard]] inline std::uint32_t bits(float v) noexcept
+{
+    return std::bit_cast<std::uint32_t>(v);
+}
+
+} // namespace detail::sampling
+
+// The buffers and records the sampling kernels use, allocated on first need and reused (grown
+// only when a larger batch comes): per-step inputs (row records with the uniforms, ops, biases,
+// the active set), the work copy of the logits, chunk sums, top-k lists and results. Samplers
+// and chains own none of it, so a chain stays plain data that any backend can run. One
+// workspace serves one thread at a time. Every pipeline is built here, once.
+//
+// Exactness rests on: float add/multiply correctly rounded (Vulkan requires it) and never fused
+// (`precise` everywhere); double add/multiply and double->float conversion IEEE (true of every
+// fp64 device and lavapipe, though Vulkan promises less); float division corrected to the
+// correctly rounded quotient in the kernels. Denormal results are rounded by hand where the CPU
+// produces them routinely (softmax probabilities); subnormal logits themselves, and exp results
+// within an ulp of exp_lowest, may be flushed by a driver and are outside the guarantee.
+//
+// Limits: top-k lists of at most list_capacity() (2048 where the device has 28 KiB of shared
+// memory, else 1024); n_seq <= 65535; n_seq * n_vocab < 2^32. A device without shaderFloat64 is
+// a qk::error here (the CPU's sums are in double, and we do not emulate them).
+class sampling_workspace {
+public:
+    explicit sampling_workspace(const device& dev) : dev_(&dev)
+    {
+        const auto& f = dev.facts();
+        if (!f.fp64_arithmetic) {
+            qk::detail::fail("qk::backend::vulkan::sampling_workspace: device '", f.name,
+                             "' has no shaderFloat64; the exact sampling kernels need double arithmetic");
+        }
+        workgroup_ = f.max_workgroup_invocations >= 256 ? 256 : 128;
+        capacity_ = f.shared_memory_bytes >= 28 * 1024 ? 2048 : 1024;
+        // Builds every pipeline now, with a run in which no row is active.
+        namespace s = detail::sampling;
+        std::vector<s::row_plan> none(1);
+        none[0].stage.resize(1);
+        execute(input(1), 1, 1, none, mode::warm_up, nullptr);
+    }
+
+    sampling_workspace(const sampling_workspace&) = delete;
+    sampling_workspace& operator=(const sampling_workspace&) = delete;
+
+    [[nodiscard]] const device& owner() const noexcept { return *dev_; }
+    [[nodiscard]] std::size_t list_capacity() const noexcept { return capacity_; }
+    // How many buffers this workspace has allocated so far (constant once shapes stop growing).
+    [[nodiscard]] std::size_t allocations() const noexcept { return allocations_; }
+
+    // --- for the functions below ---
+
+    enum class mode {
+        sample,   // chains: the logits are copied before any op changes them
+        in_place, // ops change the given buffer itself
+        read,     // nothing changes values (argmax, top-k, draw, softmax)
+        warm_up,
+    };
+
+    // The device buffer host logits are uploaded into.
+    const buffer& input(std::size_t values) { return grow(input_, values * sizeof(float), memory_kind::device); }
+    // The softmax output for the host overload.
+    const buffer& probabilities(std::size_t values) { return grow(p_, values * sizeof(float), memory_kind::device); }
+    [[nodiscard]] const buffer& lists() const noexcept { return lists_; }
+
+    // Runs the plans (one per row) over `logits` and leaves the result records in results().
+    void execute(const buffer& logits, std::size_t n_seq, std::size_t n_vocab, std::span<const detail::sampling::row_plan> plans,
+                 mode how, const buffer* output)
+    {
+        namespace s = detail::sampling;
+        const auto seqs = static_cast<std::uint32_t>(n_seq);
+        const auto vocab = static_cast<std::uint32_t>(n_vocab);
+        const auto chunk_count = static_cast<std::uint32_t>((n_vocab + s::chunk_size - 1) / s::chunk_size);
+
+        std::size_t stages = 0;
+        std::size_t list_ops = 0;
+        for (const auto& p : plans) {
+            stages = std::max(stages, p.stage.size());
+            list_ops += p.list.size();
+        }
+        row_words_.assign(n_seq * s::row_words, 0);
+        op_words_.assign((stages * n_seq + list_ops) * s::op_words, 0);
+        bias_words_.clear();
+        std::vector<bool> keeps_at(stages, false);
+        const auto put_op = [&](std::size_t at, const s::op& o) {
+            op_words_[at * s::op_words + 0] = o.kind;
+            op_words_[at * s::op_words + 1] = o.param;
+            op_words_[at * s::op_words + 2] = static_cast<std::uint32_t>(bias_words_.size() / 2);
+            op_words_[at * s::op_words + 3] = static_cast<std::uint32_t>(o.biases.size());
+            for (const auto& [id, value] : o.biases) {
+                bias_words_.push_back(static_cast<std::uint32_t>(id));
+                bias_words_.push_back(s::bits(value));
+            }
+        };
+        std::size_t next_list_op = stages * n_seq;
+        for (std::size_t r = 0; r < n_seq; ++r) {
+            const auto& p = plans[r];
+            std::uint32_t* row = row_words_.data() + r * s::row_words;
+            row[0] = p.flags;
+            row[1] = p.k;
+            const auto u = std::bit_cast<std::uint64_t>(p.u);
+            row[2] = static_cast<std::uint32_t>(u);
+            row[3] = static_cast<std::uint32_t>(u >> 32);
+            row[4] = static_cast<std::uint32_t>(next_list_op);
+            row[5] = static_cast<std::uint32_t>(p.list.size());
+            for (std::size_t j = 0; j < p.stage.size(); ++j) {
+                put_op(j * n_seq + r, p.stage[j]);
+                if (p.stage[j].kind == s::keep_max && (p.flags & s::active) != 0) {
+                    keeps_at[j] = true;
+                }
+            }
+            for (const auto& o : p.list) {
+                put_op(next_list_op++, o);
+            }
+        }
+
+        const buffer& rows = grow(rows_, row_words_.size() * 4, memory_kind::staging);
+        const buffer& ops = grow(ops_, op_words_.size() * 4, memory_kind::staging);
+        const buffer& biases = grow(biases_, bias_words_.size() * 4, memory_kind::staging);
+        const buffer& results = grow(results_, n_seq * s::result_words * 4, memory_kind::staging);
+        const buffer& sums = grow(sums_, n_seq * chunk_count * 4, memory_kind::device);
+        grow(lists_, n_seq * capacity_ * 8, memory_kind::device);
+        const bool copy = how == mode::sample && stages > 0;
+        const buffer& values = copy ? grow(work_, n_seq * n_vocab * 4, memory_kind::device) : logits;
+        dev_->upload(rows, row_words_.data(), row_words_.size() * 4);
+        dev_->upload(ops, op_words_.data(), op_words_.size() * 4);
+        dev_->upload(biases, bias_words_.data(), bias_words_.size() * 4);
+        result_words_.assign(n_seq * s::result_words, 0);
+        dev_->upload(results, result_words_.data(), result_words_.size() * 4);
+
+        const std::uint32_t wg = workgroup_;
+        const std::uint32_t row_groups = (vocab + wg - 1) / wg;
+        std::vector<step> steps;
+        const auto add = [&](const kernel& k, std::uint32_t param, std::uint32_t groups_x, const buffer& extra) {
+            step st;
+            st.what = &k;
+            st.specialization = {wg, static_cast<std::uint32_t>(capacity_)};
+            st.buffers = {&values, &rows, &ops, &biases, &results, &sums, &extra};
+            st.push = {seqs, vocab, chunk_count, param};
+            st.groups_x = groups_x;
+            st.groups_y = seqs;
+            steps.push_back(std::move(st));
+        };
+        const bool all = how == mode::warm_up;
+        if (copy) {
+            add(s::transform, s::all_rows, row_groups, logits);
+        }
+        if (how == mode::sample || how == mode::in_place || all) {
+            for (std::size_t j = 0; j < stages; ++j) {
+                if (keeps_at[j] || all) {
+                    add(s::argmax, static_cast<std::uint32_t>(j), 1, lists_);
+                }
+                add(s::transform, static_cast<std::uint32_t>(j), row_groups, lists_);
+            }
+        }
+        if (how != mode::in_place) {
+            // Selection kernels run whenever a row might need them: each skips rows that do not.
+            add(s::argmax, s::all_rows, 1, lists_);
+            add(s::chunks, 0, (chunk_count + wg / 16 - 1) / (wg / 16), lists_);
+            add(s::finish, 0, 1, lists_);
+            if (output != nullptr || all) {
+                add(s::scale, 0, row_groups, output != nullptr ? *output : lists_);
+            }
+            add(s::top_k_kernel, 0, 1, lists_);
+        }
+        dev_->run(steps);
+        dev_->download(results, result_words_.data(), result_words_.size() * 4);
+    }
+
+    [[nodiscard]] std::span<const std::uint32_t> results() const noexcept { return result_words_; }
+    [[nodiscard]] std::uint32_t result(std::size_t row, std::uint32_t word) const noexcept
+    {
+        return result_words_[row * detail::sampling::result_words + word];
+    }
+
+private:
+    const buffer& grow(buffer& b, std::size_t bytes, memory_kind kind)
+    {
+        if (b.size() < bytes || !b) {
+            b = buffer();
+            b = dev_->make_buffer(bytes, kind);
+            ++allocations_;
+        }
+        return b;
+    }
+
+    const device* dev_;
+    std::uint32_t workgroup_ = 256;
+    std::size_t capacity_ = 2048;
+    std::size_t allocations_ = 0;
+    buffer input_;
+    buffer work_;
+    buffer p_;
+    buffer rows_;
+    buffer ops_;
+    buffer biases_;
+    buffer results_;
+    buffer sums_;
+    buffer lists_;
+    std::vector<std::uint32_t> row_words_;
+    std::vector<std::uint32_t> op_words_;
+    std::vector<std::uint32_t> bias_words_;
+    std::vector<std::uint32_t> result_words_;
+};
+
+namespace detail::sampling {
+
+inline void check_shape(const char* what, const device& dev, const sampling_workspace& ws, std::size_t n_seq, std::size_t n_vocab,
+                        std::span<const std::uint8_t> active)
+{
+    if (&ws.owner() != &dev) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": the workspace belongs to another device");
+    }
+    if (n_seq == 0 || n_vocab == 0) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": n_seq=", n_seq, ", n_vocab=", n_vocab, ": both must be at least 1");
+    }
+    if (n_seq > 65535 || n_vocab > 0xffffffffu / n_seq) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": n_seq=", n_seq, " x n_vocab=", n_vocab,
+                         " exceeds the kernels' limits (n_seq <= 65535, n_seq * n_vocab < 2^32)");
+    }
+    if (!active.empty() && active.size() != n_seq) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": ", active.size(), " active flags for n_seq = ", n_seq,
+                         " (active may also be empty: all active)");
+    }
+}
+
+inline void check_buffer(const char* what, const buffer& b, std::size_t n_seq, std::size_t n_vocab)
+{
+    if (b.size() < n_seq * n_vocab * sizeof(float)) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": the logits buffer has ", b.size(), " bytes for ", n_seq, " x ", n_vocab,
+                         " floats");
+    }
+}
+
+inline void check_host(const char* what, std::size_t given, std::size_t n_seq, std::size_t n_vocab)
+{
+    if (given / n_vocab != n_seq || given % n_vocab != 0) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": logits has ", given, " elements, not n_seq * n_vocab = ", n_seq, " * ", n_vocab);
+    }
+}
+
+[[nodiscard]] inline bool is_active(std::span<const std::uint8_t> active, std::size_t r) noexcept
+{
+    return active.empty() || active[r] != 0;
+}
+
+inline void check_status(const char* what, const sampling_workspace& ws, std::size_t row)
+{
+    const std::uint32_t s = ws.result(row, status_word);
+    if (s == no_candidate) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": sequence ", row,
+                         ": every candidate's logit is -inf or NaN; nothing can be sampled");
+    }
+    if (s == infinite) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": sequence ", row, ": a logit is +inf; logits must be finite or -inf");
+    }
+}
+
+// The (token, bias) pairs of a logit_bias sampler, read back from its description (which prints
+// each float in its shortest exact form, so parsing gives the same bits).
+[[nodiscard]] inline std::vector<std::pair<std::int32_t, float>> biases_of(const qk::sampling::sampler& s)
+{
+    const std::string text = s.describe();
+    std::vector<std::pair<std::int32_t, float>> out;
+    const std::size_t open = text.find('(');
+    const std::size_t close = text.rfind(')');
+    std::string_view inner(text.data() + open + 1, close - open - 1);
+    while (!inner.empty()) {
+        const std::size_t comma = std::min(inner.find(','), inner.size());
+        const std::string_view item = inner.substr(0, comma);
+        const std::size_t eq = item.find('=');
+        std::int32_t id = 0;
+        float value = 0;
+        const auto a = std::from_chars(item.data(), item.data() + eq, id);
+        const auto b = std::from_chars(item.data() + eq + 1, item.data() + item.size(), value);
+        if (eq == std::string_view::npos || a.ec != std::errc{} || b.ec != std::errc{}) {
+            qk::detail::fail("qk::backend::vulkan::sample: cannot read the biases of '", text, "'");
+        }
+        out.emplace_back(id, value);
+        inner.remove_prefix(std::min(inner.size(), comma + 1));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// A temperature as an op: t == 1 changes nothing, t <= 0 keeps the first maximum.
+[[nodiscard]] inline op temperature_op(float t)
+{
+    op o;
+    if (t == 1.0f) {
+        return o;
+    }
+    if (t <= 0.0f) {
+        o.kind = keep_max;
+        return o;
+    }
+    o.kind = divide;
+    o.param = bits(t);
+    return o;
+}
+
+// What the kernels must do for one chain, checking that each sampler has a GPU form.
+[[nodiscard]] inline row_plan plan_chain(qk::sampling::chain& c, std::size_t row, std::size_t n_vocab, std::size_t capacity,
+                                         qk::sampling::dist*& dist_sampler)
+{
+    namespace qs = qk::sampling;
+    row_plan p;
+    p.flags = active;
+    bool in_list = false;
+    bool selected = false;
+    dist_sampler = nullptr;
+    const auto where = [&](std::size_t i) {
+        return qk::detail::message("sequence ", row, ": sampler ", i + 1, " '", c[i].describe(), "' of '", c.describe(), "'");
+    };
+    for (std::size_t i = 0; i < c.size(); ++i) {
+        qs::sampler& s = c[i];
+        if (selected) {
+            qk::detail::fail("qk::backend::vulkan::sample: ", where(i), " follows the selecting sampler; the GPU runs chains that end with their only greedy or dist");
+        }
+        op o;
+        if (s.get<qs::logit_bias>() != nullptr) {
+            o.biases = biases_of(s);
+            if (o.biases.empty()) {
+                continue;
+            }
+            if (static_cast<std::size_t>(o.biases.back().first) >= n_vocab) {
+                qk::detail::fail("qk::backend::vulkan::sample: ", where(i), ": token ", o.biases.back().first,
+                                 " is outside the vocabulary of ", n_vocab, " tokens");
+            }
+            o.kind = bias;
+        } else if (const auto* t = s.get<qs::temp>(); t != nullptr) {
+            o = temperature_op(t->t());
+            if (o.kind == none) {
+                continue;
+            }
+        } else if (const auto* k = s.get<qs::top_k>(); k != nullptr) {
+            const std::int32_t kk = k->k();
+            if (!in_list) {
+                if (kk <= 0 || static_cast<std::size_t>(kk) >= n_vocab) {
+                    continue; // keeps everything, as on the CPU
+                }
+                if (static_cast<std::size_t>(kk) > capacity) {
+                    qk::detail::fail("qk::backend::vulkan::sample: ", where(i), ": k exceeds this device's GPU top-k limit of ", capacity);
+                }
+                in_list = true;
+                p.k = static_cast<std::uint32_t>(kk);
+                p.flags |= top_k | list;
+                continue;
+            }
+            o.kind = keep_top_k;
+            o.param = kk <= 0 ? 0u : static_cast<std::uint32_t>(kk);
+        } else if (s.get<qs::greedy>() != nullptr) {
+            selected = true;
+            p.flags |= in_list ? 0u : max;
+            continue;
+        } else if (auto* d = s.get<qs::dist>(); d != nullptr) {
+            selected = true;
+            dist_sampler = d;
+            p.flags |= in_list ? list_dist : (max | sums | draw);
+            continue;
+        } else {
+            qk::detail::fail("qk::backend::vulkan::sample: ", where(i),
+                             " has no GPU implementation; the GPU runs logit_bias, temp, top_k, then greedy or dist");
+        }
+        (in_list ? p.list : p.stage).push_back(std::move(o));
+    }
+    if (!selected) {
+        qk::detail::fail("qk::backend::vulkan::sample: sequence ", row, ": chain '", c.describe(),
+                         "' does not end with greedy or dist");
+    }
+    return p;
+}
+
+} // namespace detail::sampling
+
+// Samples a token for every active sequence of a device-resident [chains.size() x n_vocab]
+// logits matrix (active empty: all are) and advances each chain exactly as chain.sample(row)
+// would: dist draws its uniform through next_uniform(), then the chain accepts the token.
+// Inactive sequences get -1 and their chains are not touched. Chains may hold logit_bias, temp
+// (plain temperature), top_k, then greedy or dist; any other sampler, a selecting sampler before
+// the end, or top_k above list_capacity() is a qk::error naming it. Errors (those, sizes, or a
+// row with nothing to sample) are raised before any chain changes.
+inline std::vector<std::int32_t> sample(const device& dev, sampling_workspace& ws, std::span<qk::sampling::chain> chains,
+                                        const buffer& logits, std::size_t n_vocab, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    const std::size_t n_seq = chains.size();
+    s::check_shape("sample", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("sample", logits, n_seq, n_vocab);
+    std::vector<s::row_plan> plans(n_seq);
+    std::vector<qk::sampling::dist*> dists(n_seq, nullptr);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (!s::is_active(active, r)) {
+            continue;
+        }
+        plans[r] = s::plan_chain(chains[r], r, n_vocab, ws.list_capacity(), dists[r]);
+        if (dists[r] != nullptr) {
+            qk::sampling::dist copy = *dists[r];
+            plans[r].u = copy.next_uniform();
+        }
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::sample, nullptr);
+    std::vector<std::int32_t> tokens(n_seq, -1);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (s::is_active(active, r)) {
+            s::check_status("sample", ws, r);
+            tokens[r] = static_cast<std::int32_t>(ws.result(r, s::token));
+        }
+    }
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (s::is_active(active, r)) {
+            if (dists[r] != nullptr) {
+                (void)dists[r]->next_uniform();
+            }
+            chains[r].accept(tokens[r]);
+        }
+    }
+    return tokens;
+}
+
+// The same from host logits (row-major, chains.size() x n_vocab), uploaded into the workspace.
+inline std::vector<std::int32_t> sample(const device& dev, sampling_workspace& ws, std::span<qk::sampling::chain> chains,
+                                        std::span<const float> logits, std::size_t n_vocab, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("sample", dev, ws, chains.size(), n_vocab, active);
+    s::check_host("sample", logits.size(), chains.size(), n_vocab);
+    const buffer& in = ws.input(logits.size());
+    dev.upload(in, logits.data(), logits.size_bytes());
+    return sample(dev, ws, chains, in, n_vocab, active);
+}
+
+// --- the ops, each over the active rows of a device-resident [n_seq x n_vocab] matrix ---
+
+// Per row, the first index of the largest logit (NaN as -inf): the CPU greedy's token; -1 for
+// inactive rows. A row with nothing above -inf, or with a +inf logit: qk::error (as greedy).
+inline std::vector<std::int32_t> argmax(const device& dev, sampling_workspace& ws, const buffer& logits, std::size_t n_seq,
+                                        std::size_t n_vocab, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("argmax", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("argmax", logits, n_seq, n_vocab);
+    std::vector<s::row_plan> plans(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        plans[r].flags = s::is_active(active, r) ? (s::active | s::max) : 0u;
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, nullptr);
+    std::vector<std::int32_t> out(n_seq, -1);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (s::is_active(active, r)) {
+            s::check_status("argmax", ws, r);
+            out[r] = static_cast<std::int32_t>(ws.result(r, s::index));
+        }
+    }
+    return out;
+}
+
+// The categorical draw of dist over each whole row from the caller's uniforms u[row] in [0, 1)
+// (the numbers dist::next_uniform() gives): the token dist would select. Errors as argmax.
+inline std::vector<std::int32_t> draw(const device& dev, sampling_workspace& ws, const buffer& logits, std::size_t n_seq,
+                                      std::size_t n_vocab, std::span<const double> u, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("draw", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("draw", logits, n_seq, n_vocab);
+    if (u.size() != n_seq) {
+        qk::detail::fail("qk::backend::vulkan::draw: ", u.size(), " uniforms for n_seq = ", n_seq);
+    }
+    std::vector<s::row_plan> plans(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        plans[r].flags = s::is_active(active, r) ? (s::active | s::max | s::sums | s::draw) : 0u;
+        plans[r].u = u[r];
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, nullptr);
+    std::vector<std::int32_t> out(n_seq, -1);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (s::is_active(active, r)) {
+            s::check_status("draw", ws, r);
+            out[r] = static_cast<std::int32_t>(ws.result(r, s::token));
+        }
+    }
+    return out;
+}
+
+// Softmax of every active row into p (a device buffer of n_seq x n_vocab floats), bit for bit
+// qk::sampling::softmax. Returns, per row, whether it was written (false: inactive, or nothing
+// above -inf, which the CPU reports the same way). A +inf logit: qk::error.
+inline std::vector<std::uint8_t> softmax(const device& dev, sampling_workspace& ws, const buffer& logits, std::size_t n_seq,
+                                         std::size_t n_vocab, const buffer& p, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("softmax", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("softmax", logits, n_seq, n_vocab);
+    s::check_buffer("softmax (p)", p, n_seq, n_vocab);
+    std::vector<s::row_plan> plans(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        plans[r].flags = s::is_active(active, r) ? (s::active | s::max | s::sums | s::factor) : 0u;
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, &p);
+    std::vector<std::uint8_t> written(n_seq, 0);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (s::is_active(active, r)) {
+            if (ws.result(r, s::status_word) == s::infinite) {
+                s::check_status("softmax", ws, r);
+            }
+            written[r] = ws.result(r, s::status_word) == s::ok ? 1 : 0;
+        }
+    }
+    return written;
+}
+
+// Per active row the k best tokens by (logit desc, id asc), NaN as -inf, best first: the list
+// the CPU's top_k builds (1 <= k <= min(n_vocab, list_capacity()), else qk::error).
+inline std::vector<std::vector<qk::sampling::token_data>> top_k(const device& dev, sampling_workspace& ws, const buffer& logits,
+                                                                std::size_t n_seq, std::size_t n_vocab, std::size_t k,
+                                                                std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("top_k", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("top_k", logits, n_seq, n_vocab);
+    if (k == 0 || k > n_vocab || k > ws.list_capacity()) {
+        qk::detail::fail("qk::backend::vulkan::top_k: k=", k, " must be in [1, ", std::min(n_vocab, ws.list_capacity()),
+                         "] (n_vocab ", n_vocab, ", GPU list capacity ", ws.list_capacity(), ")");
+    }
+    std::vector<s::row_plan> plans(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        plans[r].flags = s::is_active(active, r) ? (s::active | s::top_k | s::write_list) : 0u;
+        plans[r].k = static_cast<std::uint32_t>(k);
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, nullptr);
+    std::vector<std::uint32_t> words(n_seq * ws.list_capacity() * 2);
+    dev.download(ws.lists(), words.data(), words.size() * 4);
+    std::vector<std::vector<qk::sampling::token_data>> out(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (!s::is_active(active, r)) {
+            continue;
+        }
+        out[r].resize(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::size_t at = (r * ws.list_capacity() + i) * 2;
+            out[r][i] = {static_cast<std::int32_t>(words[at]), std::bit_cast<float>(words[at + 1]), 0.0f};
+        }
+    }
+    return out;
+}
+
+// Divides every logit of each active row by t[row] in place, as temp(t) does over a whole
+// vocabulary (correctly rounded); t == 1 leaves the row, t <= 0 keeps only its first maximum.
+inline void temperature(const device& dev, sampling_workspace& ws, const buffer& logits, std::size_t n_seq, std::size_t n_vocab,
+                        std::span<const float> t, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("temperature", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("temperature", logits, n_seq, n_vocab);
+    if (t.size() != n_seq) {
+        qk::detail::fail("qk::backend::vulkan::temperature: ", t.size(), " temperatures for n_seq = ", n_seq);
+    }
+    std::vector<s::row_plan> plans(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (!(t[r] == t[r])) {
+            qk::detail::fail("qk::backend::vulkan::temperature: t[", r, "] is NaN");
+        }
+        plans[r].flags = s::is_active(active, r) ? s::active : 0u;
+        plans[r].stage.push_back(s::temperature_op(t[r]));
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::in_place, nullptr);
+}
+
+// Adds biases[row]'s (token, bias) pairs to each active row in place, as logit_bias does.
+// A token listed twice or outside the vocabulary, or a NaN bias: qk::error.
+inline void logit_bias(const device& dev, sampling_workspace& ws, const buffer& logits, std::size_t n_seq, std::size_t n_vocab,
+                       std::span<const std::vector<std::pair<std::int32_t, float>>> biases, std::span<const std::uint8_t> active = {})
+{
+    namespace s = detail::sampling;
+    s::check_shape("logit_bias", dev, ws, n_seq, n_vocab, active);
+    s::check_buffer("logit_bias", logits, n_seq, n_vocab);
+    if (biases.size() != n_seq) {
+        qk::detail::fail("qk::backend::vulkan::logit_bias: ", biases.size(), " bias lists for n_seq = ", n_seq);
+    }
+    std::vector<s::row_plan> plans(n_seq);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        plans[r].flags = s::is_active(active, r) ? s::active : 0u;
+        s::op o;
+        o.kind = s::bias;
+        o.biases = biases[r];
+        std::sort(o.biases.begin(), o.biases.end());
+        for (std::size_t i = 0; i < o.biases.size(); ++i) {
+            const auto [id, b] = o.biases[i];
+            if (id < 0 || static_cast<std::size_t>(id) >= n_vocab || !(b == b) || (i > 0 && o.biases[i - 1].first == id)) {
+                qk::detail::fail("qk::backend::vulkan::logit_bias: row ", r, ": token ", id, " with bias ", b,
+                                 ": tokens must be in [0, n_vocab) and listed once, biases numbers");
+            }
+        }
+        plans[r].stage.push_back(std::move(o));
+    }
+    ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::in_place, nullptr);
+}
+
+// --- the same ops on host logits (row-major n_seq x n_vocab), through the workspace's buffers ---
+
+namespace detail::sampling {
+
+inline const buffer& uploaded(const device& dev, sampling_workspace& ws, const char* what, std::span<const float> logits,
+                              std::size_t n_seq, std::size_t n_vocab)
+{
+    if (n_seq == 0 || n_vocab == 0) {
+        qk::detail::fail("qk::backend::vulkan::", what, ": n_seq=", n_seq, ", n_vocab=", n_vocab, ": both must be at least 1");
+    }
+    check_host(what, logits.size(), n_seq, n_vocab);
+    const buffer& in = ws.input(logits.size());
+    dev.upload(in, logits.data(), logits.size_bytes());
+    return in;
+}
+
+} // namespace detail::sampling
+
+inline std::vector<std::int32_t> argmax(const device& dev, sampling_workspace& ws, std::span<const float> logits, std::size_t n_seq,
+                                        std::size_t n_vocab, std::span<const std::uint8_t> active = {})
+{
+    return argmax(dev, ws, detail::sampling::uploaded(dev, ws, "argmax", logits, n_seq, n_vocab), n_seq, n_vocab, active);
+}
+
+inline std::vector<std::int32_t> draw(const device& dev, sampling_workspace& ws, std::span<const float> logits, std::size_t n_seq,
+                                      std::size_t n_vocab, std::span<const double> u, std::span<const std::uint8_t> active = {})
+{
+    return draw(dev, ws, detail::sampling::uploaded(dev, ws, "draw", logits, n_seq, n_vocab), n_seq, n_vocab, u, active);
+}
+
+// p (n_seq x n_vocab) receives the rows reported written; the others are left as they were.
+inline std::vector<std::uint8_t> softmax(const device& dev, sampling_workspace& ws, std::span<const float> logits, std::size_t n_seq,
+                                         std::size_t n_vocab, std::span<float> p, std::span<const std::uint8_t> active = {})
+{
+    if (p.size() != logits.size()) {
+        qk::detail::fail("qk::backend::vulkan::softmax: p has ", p.size(), " elements for ", logits.size(), " logits");
+    }
+    const buffer& in = detail::sampling::uploaded(dev, ws, "softmax", logits, n_seq, n_vocab);
+    const buffer& out = ws.probabilities(logits.size());
+    const auto written = softmax(dev, ws, in, n_seq, n_vocab, out, active);
+    for (std::size_t r = 0; r < n_seq; ++r) {
+        if (written[r] != 0) {
+            dev.download(out, p.data() + r * n_vocab, n_vocab * sizeof(float), r * n_vocab * sizeof(float));
+        }
+    }
+    return written;
+}
+
+inline std::vector<std::vector<qk::sampling::token_data>> top_k(const device& dev, sampling_workspace& ws, std::span<const float> logits,
+                                                                std::size_t n_seq, std::size_t n_vocab, std::size_t k,
+                                                                std::span<const std::uint8_t> active = {})
+{
+    return top_k(dev, ws, detail::sampling::uploaded(dev, ws, "top_k", logits, n_seq, n_vocab), n_seq, n_vocab, k, active);
+}
+
+inline void temperature(const device& dev, sampling_workspace& ws, std::span<float> logits, std::size_t n_seq, std::size_t n_vocab,
+                        std::span<const float> t, std::span<const std::uint8_t> active = {})
+{
+    const buffer& in = detail::sampling::uploaded(dev, ws, "temperature", logits, n_seq, n_vocab);
+    temperature(dev, ws, in, n_seq, n_vocab, t, active);
+    dev.download(in, logits.data(), logits.size_bytes());
+}
+
+inline void logit_bias(const device& dev, sampling_workspace& ws, std::span<float> logits, std::size_t n_seq, std::size_t n_vocab,
+                       std::span<const std::vector<std::pair<std::int32_t, float>>> biases, std::span<const std::uint8_t> active = {})
+{
+    const buffer& in = detail::sampling::uploaded(dev, ws, "logit_bias", logits, n_seq, n_vocab);
+    logit_bias(dev, ws, in, n_seq, n_vocab, biases, active);
+    dev.download(in, logits.data(), logits.size_bytes());
+}
+
+} // namespace qk::backend::vulkan

@@ -1,0 +1,182 @@
+// The Vulkan mat-vec against two references on the same random blocks: the float dot of the
+// dequantized rows with x, computed in double (the GPU's result differs from it only by float
+// rounding, bounded below), and the CPU's qk::gemv, which multiplies by x quantized to the
+// activation format (the difference is that quantization's effect, computed exactly, plus both
+// roundings). Shapes cover one block to many, odd row counts and rows beyond one grid row.
+#include <doctest/doctest.h>
+
+#include <backends/vulkan/gemv.hpp>
+#include <kernels/gemv.hpp>
+#include <kernels/quantize.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+namespace vk = qk::backend::vulkan;
+
+template <class Block>
+std::vector<Block> random_blocks(std::size_t count, std::uint64_t seed)
+{
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+    std::vector<Block> blocks(count);
+    for (auto& block : blocks) {
+        auto* raw = reinterpret_cast<unsigned char*>(&block);
+        for (std::size_t i = 0; i < sizeof(Block); i += 8) {
+            const std::uint64_t word = rng();
+            std::memcpy(raw + i, &word, std::min<std::size_t>(8, sizeof(Block) - i));
+        }
+        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
+            block.e = static_cast<std::uint8_t>(118 + rng() % 16);
+        } else {
+            block.d = qk::fp32_to_fp16(scale(rng));
+        }
+        if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
+            for (auto& q : block.qs) {
+                q = static_cast<std::int8_t>(std::max<int>(q, -127));
+            }
+        }
+    }
+    return blocks;
+}
+
+// Rounding bound of a float sum of n products: n u sum|terms| (u = 2^-24) with a margin of 2 for
+// the scale products, which any evaluation order respects (the first-order bound for recursive
+// summation is (n - 1) u; a tree's is smaller).
+double rounding_bound(std::size_t n, double magnitude)
+{
+    return 2.0 * static_cast<double>(n + 2) * 0x1p-24 * magnitude + 1e-30;
+}
+
+template <class Block>
+void check_format(std::size_t rows, std::size_t cols, std::uint64_t seed)
+{
+    using traits = qk::format_traits<Block>;
+    CAPTURE(traits::name);
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const vk::device& dev = qk_test::vulkan_device();
+    const auto w = random_blocks<Block>(rows * cols / traits::block_size, seed);
+    std::mt19937_64 rng(seed + 1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(cols);
+    for (auto& v : x) {
+        v = normal(rng);
+    }
+    std::vector<float> wf(rows * cols);
+    qk::dequantize<Block>(w, wf);
+    // The activations as the CPU gemv sees them.
+    using act = typename traits::vec_dot_type;
+    const auto xq = qk::quantize<act>(x);
+    std::vector<float> xd(cols);
+    qk::dequantize<act>(xq, xd);
+
+    const auto m = vk::upload_matrix<Block>(dev, w, rows, cols);
+    CHECK(m.bytes() == w.size() * sizeof(Block));
+    vk::gemv_workspace ws(dev);
+    std::vector<float> y(rows, std::nanf(""));
+    vk::gemv(dev, ws, m, x, y);
+    qk::backend::cpu::thread_pool pool(2);
+    std::vector<float> y_cpu(rows);
+    qk::gemv<Block>(w, rows, cols, x, y_cpu, pool);
+
+    std::size_t bad_float = 0, bad_cpu = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+        double exact = 0, magnitude = 0, quantized = 0, quantized_magnitude = 0;
+        for (std::size_t c = 0; c < cols; ++c) {
+            const double wv = wf[r * cols + c];
+            exact += wv * x[c];
+            magnitude += std::abs(wv * x[c]);
+            quantized += wv * xd[c];
+            quantized_magnitude += std::abs(wv * xd[c]);
+        }
+        const double gpu_bound = rounding_bound(cols, magnitude);
+        if (!(std::abs(y[r] - exact) <= gpu_bound)) {
+            if (++bad_float <= 3) {
+                INFO("row " << r << ": gpu " << y[r] << ", exact " << exact << ", bound " << gpu_bound);
+                CHECK(std::abs(y[r] - exact) <= gpu_bound);
+            }
+        }
+        // The CPU sums integer products exactly per block, then scales: the same form of bound.
+        const double cpu_bound = gpu_bound + rounding_bound(cols, quantized_magnitude);
+        if (!(std::abs(static_cast<double>(y[r]) - y_cpu[r] - (exact - quantized)) <= cpu_bound)) {
+            if (++bad_cpu <= 3) {
+                INFO("row " << r << ": gpu " << y[r] << ", cpu " << y_cpu[r] << ", quantization effect " << exact - quantized);
+                CHECK(std::abs(static_cast<double>(y[r]) - y_cpu[r] - (exact - quantized)) <= cpu_bound);
+            }
+        }
+    }
+    CHECK(bad_float == 0);
+    CHECK(bad_cpu == 0);
+}
+
+template <class Block>
+void check_shapes()
+{
+    constexpr std::size_t bs = qk::format_traits<Block>::block_size;
+    std::uint64_t seed = 1;
+    for (const std::size_t rows : {1, 3, 64, 257}) {
+        for (const std::size_t blocks : {1, 2, 5, 64, 65, 130}) {
+            if (blocks * bs <= 8192) {
+                check_format<Block>(rows, blocks * bs, seed++);
+            }
+        }
+    }
+}
+
+} // namespace
+
+TEST_CASE("vulkan gemv: Q8_0 against the float reference and the CPU")
+{
+    check_shapes<qk::block_q8_0>();
+}
+
+TEST_CASE("vulkan gemv: MXFP4 against the float reference and the CPU")
+{
+    check_shapes<qk::block_mxfp4>();
+}
+
+TEST_CASE("vulkan gemv: IQ4_NL against the float reference and the CPU")
+{
+    check_shapes<qk::block_iq4_nl>();
+}
+
+TEST_CASE("vulkan gemv: IQ4_XS against the float reference and the CPU")
+{
+    check_shapes<qk::block_iq4_xs>();
+}
+
+TEST_CASE("vulkan gemv: more rows than one row of workgroups holds")
+{
+    const vk::device& dev = qk_test::vulkan_device();
+    // The grid wraps into a second dimension past maxComputeWorkGroupCount[0] (65535 on lavapipe).
+    const std::size_t rows = std::max<std::size_t>(dev.facts().max_workgroup_count_x + 7, 70000);
+    if (rows > 200000) {
+        MESSAGE("skipped: this device allows " << dev.facts().max_workgroup_count_x << " workgroups in x");
+        return;
+    }
+    check_format<qk::block_q8_0>(rows, 32, 99);
+}
+
+TEST_CASE("vulkan gemv: bad shapes are qk::errors and leave y untouched")
+{
+    const vk::device& dev = qk_test::vulkan_device();
+    const auto w = random_blocks<qk::block_q8_0>(8, 5);
+    CHECK_THROWS_WITH_AS((void)vk::upload_matrix<qk::block_q8_0>(dev, w, 2, 100), doctest::Contains("cols (100)"), qk::error);
+    CHECK_THROWS_WITH_AS((void)vk::upload_matrix<qk::block_q8_0>(dev, w, 3, 128), doctest::Contains("8 blocks for 3 rows"), qk::error);
+    CHECK_THROWS_AS((void)vk::upload_matrix<qk::block_q8_0>(dev, w, 0, 128), qk::error);
+    const auto m = vk::upload_matrix<qk::block_q8_0>(dev, w, 2, 128);
+    vk::gemv_workspace ws(dev);
+    std::vector<float> x(128, 1.0f), y(2, 42.0f), short_x(127, 1.0f), long_y(3, 42.0f);
+    CHECK_THROWS_WITH_AS(vk::gemv(dev, ws, m, short_x, y), doctest::Contains("x has 127 values"), qk::error);
+    CHECK_THROWS_AS(vk::gemv(dev, ws, m, x, long_y), qk::error);
+    CHECK(y == std::vector<float>(2, 42.0f));
+    CHECK(long_y == std::vector<float>(3, 42.0f));
+}
