@@ -10,6 +10,7 @@
 #include "backends/cpu/context.hpp"
 #include "backends/cpu/read_bandwidth.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "backends/metal/metal.hpp"
 #include "backends/vulkan/vulkan.hpp"
 #include "kernels/arch.hpp"
 #include "kernels/cpu_features.hpp"

@@ -15,45 +15,14 @@
 #include <random>
 #include <vector>
 
+#include "../gpu_reference.hpp"
 #include "support.hpp"
 
 namespace {
 
 namespace vk = qk::backend::vulkan;
-
-template <class Block>
-std::vector<Block> random_blocks(std::size_t count, std::uint64_t seed)
-{
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
-    std::vector<Block> blocks(count);
-    for (auto& block : blocks) {
-        auto* raw = reinterpret_cast<unsigned char*>(&block);
-        for (std::size_t i = 0; i < sizeof(Block); i += 8) {
-            const std::uint64_t word = rng();
-            std::memcpy(raw + i, &word, std::min<std::size_t>(8, sizeof(Block) - i));
-        }
-        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
-            block.e = static_cast<std::uint8_t>(118 + rng() % 16);
-        } else {
-            block.d = qk::fp32_to_fp16(scale(rng));
-        }
-        if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
-            for (auto& q : block.qs) {
-                q = static_cast<std::int8_t>(std::max<int>(q, -127));
-            }
-        }
-    }
-    return blocks;
-}
-
-// Rounding bound of a float sum of n products: n u sum|terms| (u = 2^-24) with a margin of 2 for
-// the scale products, which any evaluation order respects (the first-order bound for recursive
-// summation is (n - 1) u; a tree's is smaller).
-double rounding_bound(std::size_t n, double magnitude)
-{
-    return 2.0 * static_cast<double>(n + 2) * 0x1p-24 * magnitude + 1e-30;
-}
+using qk_test::gpu::random_blocks;
+using qk_test::gpu::rounding_bound;
 
 template <class Block>
 void check_format(std::size_t rows, std::size_t cols, std::uint64_t seed)

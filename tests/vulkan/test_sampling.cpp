@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../gpu_reference.hpp"
 #include "support.hpp"
 
 namespace {
@@ -25,28 +26,9 @@ namespace qs = qk::sampling;
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float not_a_number = std::numeric_limits<float>::quiet_NaN();
 
-// Row styles: 0 plain normal logits; 1 few distinct values (many ties, -0 and +0); 2 with -inf
-// and NaN sprinkled in; 3 a wide range, so that many probabilities are subnormal floats.
 std::vector<float> make_row(std::mt19937& rng, std::size_t n, int style)
 {
-    std::normal_distribution<float> normal(0.0f, 3.0f);
-    std::uniform_int_distribution<int> small(-3, 3);
-    std::uniform_real_distribution<float> wide(-120.0f, 5.0f);
-    std::uniform_int_distribution<int> pick(0, 9);
-    std::vector<float> row(n);
-    for (auto& v : row) {
-        switch (style) {
-        case 0: v = normal(rng); break;
-        case 1: v = small(rng) == 0 ? (pick(rng) < 5 ? -0.0f : 0.0f) : static_cast<float>(small(rng)) * 0.5f; break;
-        case 2: {
-            const int p = pick(rng);
-            v = p == 0 ? -inf : (p == 1 ? not_a_number : normal(rng));
-            break;
-        }
-        default: v = wide(rng); break;
-        }
-    }
-    return row;
+    return qk_test::gpu::make_logits_row(rng, n, style, -120.0f);
 }
 
 std::vector<float> make_matrix(std::mt19937& rng, std::size_t n_seq, std::size_t n, int first_style)

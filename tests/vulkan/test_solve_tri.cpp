@@ -14,106 +14,23 @@
 #include <string>
 #include <vector>
 
+#include "../gpu_reference.hpp"
 #include "../solve_tri_reference.hpp"
 #include "support.hpp"
 
 namespace vk = qk::backend::vulkan;
 using qk::tri_options;
 using qk_test::vulkan_device;
+using qk_test::gpu::all_variants;
+using qk_test::gpu::describe;
+// The shader divides, and Vulkan allows x / y an error of 2.5 ulp (gpu_reference.hpp).
+constexpr auto check_against_cpu = [](const auto& p, const auto& x, std::size_t n, std::size_t k, std::size_t batch,
+                                      const tri_options& opt) {
+    return qk_test::gpu::check_solve_against_cpu(p, x, n, k, batch, opt, qk_test::gpu::division_extra_roundings);
+};
 
 namespace {
 
-std::vector<tri_options> all_variants()
-{
-    std::vector<tri_options> variants;
-    for (int v = 0; v < 8; ++v) {
-        variants.push_back({(v & 1) != 0, (v & 2) != 0, (v & 4) != 0});
-    }
-    return variants;
-}
-
-std::string describe(const tri_options& opt)
-{
-    return std::string(opt.left ? "left" : "right") + (opt.lower ? ", lower" : ", upper") + (opt.unit ? ", unit" : ", non-unit");
-}
-
-// Rounding errors on the way to one element of X, in units of u, as in solve_tri_reference.hpp
-// (Higham thm. 8.5: |dA| <= gamma_m |A|). The sum of at most n - 1 products and b costs at most n
-// roundings in any order, with or without fused multiply-adds (a fused one rounds once). The CPU
-// then multiplies by a rounded reciprocal (2 more: m = n + 2). The shader divides, and Vulkan
-// allows x / y an error of 2.5 ulp, and an ulp is at most 2u relative: 5 more (m = n + 5).
-constexpr std::size_t gpu_extra_roundings = 5;
-constexpr std::size_t cpu_extra_roundings = 2;
-
-// gamma_m doubled, the slack solve_tri_reference.hpp allows for the double reference's rounding.
-double gamma(std::size_t roundings)
-{
-    const double u = std::numeric_limits<float>::epsilon() / 2;
-    const auto m = static_cast<double>(roundings);
-    return 2 * m * u / (1 - m * u);
-}
-
-// One batch of a computed X held to the residual bound |R| <= g |M| |X| (left: R = M X - B;
-// right: X M - B); returns the forward-error bound of each element, |M^-1| (g |M| |X|) (left) or
-// (g |X| |M|) |M^-1| (right).
-std::vector<double> bounded_residual(const std::vector<double>& m, const std::vector<double>& inverse, const float* b, const float* x,
-                                     std::size_t n, std::size_t k, const tri_options& opt, double g, const char* who)
-{
-    const std::size_t rows = opt.left ? n : k;
-    const std::size_t cols = opt.left ? k : n;
-    std::vector<double> scale(rows * cols);
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t c = 0; c < cols; ++c) {
-            double residual = -static_cast<double>(b[r * cols + c]);
-            double size = 0;
-            for (std::size_t t = 0; t < n; ++t) {
-                const double coefficient = opt.left ? m[r * n + t] : m[t * n + c];
-                const double value = opt.left ? x[t * cols + c] : x[r * cols + t];
-                residual += coefficient * value;
-                size += std::abs(coefficient) * std::abs(value);
-            }
-            scale[r * cols + c] = g * size;
-            INFO(who, " residual at (", r, ", ", c, ")");
-            REQUIRE(std::abs(residual) <= scale[r * cols + c] + std::numeric_limits<float>::denorm_min());
-        }
-    }
-    std::vector<double> bound(rows * cols, 0.0);
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t c = 0; c < cols; ++c) {
-            for (std::size_t t = 0; t < n; ++t) {
-                bound[r * cols + c] += opt.left ? inverse[r * n + t] * scale[t * cols + c] : scale[r * cols + t] * inverse[t * n + c];
-            }
-        }
-    }
-    return bound;
-}
-
-// Holds every batch of the device's X to its residual and forward-error bounds, and to the CPU's
-// X (qk::solve_tri<generic>) within the sum of both forward bounds. Returns the elements checked.
-std::size_t check_against_cpu(const qk_test::tri_problem_data<float>& p, const std::vector<float>& x, std::size_t n, std::size_t k,
-                              std::size_t batch, const tri_options& opt)
-{
-    std::vector<float> cpu(x.size());
-    qk::solve_tri<qk::arch::generic>(p.a.data(), p.b.data(), cpu.data(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k),
-                                     static_cast<std::int64_t>(batch), opt);
-    for (std::size_t q = 0; q < batch; ++q) {
-        const float* a = p.a.data() + q * n * n;
-        const float* b = p.b.data() + q * n * k;
-        const float* gx = x.data() + q * n * k;
-        const float* cx = cpu.data() + q * n * k;
-        const std::vector<double> m = qk_test::dense_triangle(a, n, opt);
-        const std::vector<double> exact = qk_test::reference_solve(m, b, n, k, opt);
-        const std::vector<double> inverse = qk_test::abs_inverse(m, n, opt.lower);
-        const auto gpu_bound = bounded_residual(m, inverse, b, gx, n, k, opt, gamma(n + gpu_extra_roundings), "device");
-        const auto cpu_bound = bounded_residual(m, inverse, b, cx, n, k, opt, gamma(n + cpu_extra_roundings), "CPU");
-        for (std::size_t e = 0; e < n * k; ++e) {
-            INFO("batch ", q, " element ", e, ": device ", gx[e], ", CPU ", cx[e], ", exact ", exact[e]);
-            REQUIRE(std::abs(gx[e] - exact[e]) <= gpu_bound[e] + std::numeric_limits<float>::denorm_min());
-            REQUIRE(std::abs(static_cast<double>(gx[e]) - cx[e]) <= gpu_bound[e] + cpu_bound[e] + std::numeric_limits<float>::denorm_min());
-        }
-    }
-    return n * k * batch;
-}
 
 std::vector<float> device_solve(vk::solve_tri_workspace& ws, const qk_test::tri_problem_data<float>& p, std::size_t n, std::size_t k,
                                 std::size_t batch, const tri_options& opt)

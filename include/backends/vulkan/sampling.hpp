@@ -20,6 +20,7 @@
 #include "../../kernels/error.hpp"
 #include "../../sampling/chain.hpp"
 #include "../../sampling/token_data.hpp"
+#include "../gpu/sampling_plan.hpp"
 #include "device.hpp"
 #include "shaders/generated/sampling_argmax.hpp"
 #include "shaders/generated/sampling_chunks.hpp"
@@ -31,6 +32,8 @@
 namespace qk::backend::vulkan {
 
 namespace detail::sampling {
+
+namespace gpu_sampling = qk::backend::detail::gpu_sampling;
 
 // The records shared with the kernels (sampling_common.glsl spells out each word).
 inline constexpr std::uint32_t row_words = 8;
@@ -49,7 +52,12 @@ enum flag : std::uint32_t {
     list_dist = 128,
     write_list = 256,
 };
-enum kind : std::uint32_t { none = 0, divide = 1, bias = 2, keep_max = 3, keep_top_k = 4 };
+using gpu_sampling::kind;
+using gpu_sampling::none;
+using gpu_sampling::divide;
+using gpu_sampling::bias;
+using gpu_sampling::keep_max;
+using gpu_sampling::keep_top_k;
 enum status : std::uint32_t { ok = 0, no_candidate = 1, infinite = 2 };
 enum result_word : std::uint32_t { index = 0, max_bits = 1, token = 2, status_word = 3, factor_bits = 6, list_size = 7 };
 
@@ -63,26 +71,13 @@ inline constexpr kernel top_k_kernel{"sampling_top_k", spirv::sampling_top_k, 7,
 
 inline constexpr std::size_t chunk_size = 1024;
 
-struct op {
-    std::uint32_t kind = none;
-    std::uint32_t param = 0;
-    std::vector<std::pair<std::int32_t, float>> biases; // sorted by id
-};
-
-// What the kernels do for one row: the whole-vocabulary ops (one per stage), then either a
-// selection over the whole row or a top-k list with its own ops and selection.
-struct row_plan {
-    std::uint32_t flags = 0;
-    std::uint32_t k = 0;
-    double u = 0;
-    std::vector<op> stage;
-    std::vector<op> list;
-};
-
-[[nodiscard]] inline std::uint32_t bits(float v) noexcept
-{
-    return std::bit_cast<std::uint32_t>(v);
-}
+using gpu_sampling::bits;
+using gpu_sampling::op;
+using gpu_sampling::row_plan;
+static_assert(+active == +gpu_sampling::active && +max == +gpu_sampling::max && +sums == +gpu_sampling::sums &&
+                  +draw == +gpu_sampling::whole_row_draw && +top_k == +gpu_sampling::top_k && +list == +gpu_sampling::list &&
+                  +list_dist == +gpu_sampling::list_dist,
+              "the kernels read the plan's flag bits");
 
 } // namespace detail::sampling
 
@@ -336,120 +331,12 @@ inline void check_status(const char* what, const sampling_workspace& ws, std::si
     }
 }
 
-// The (token, bias) pairs of a logit_bias sampler, read back from its description (which prints
-// each float in its shortest exact form, so parsing gives the same bits).
-[[nodiscard]] inline std::vector<std::pair<std::int32_t, float>> biases_of(const qk::sampling::sampler& s)
-{
-    const std::string text = s.describe();
-    std::vector<std::pair<std::int32_t, float>> out;
-    const std::size_t open = text.find('(');
-    const std::size_t close = text.rfind(')');
-    std::string_view inner(text.data() + open + 1, close - open - 1);
-    while (!inner.empty()) {
-        const std::size_t comma = std::min(inner.find(','), inner.size());
-        const std::string_view item = inner.substr(0, comma);
-        const std::size_t eq = item.find('=');
-        std::int32_t id = 0;
-        float value = 0;
-        const auto a = std::from_chars(item.data(), item.data() + eq, id);
-        const auto b = std::from_chars(item.data() + eq + 1, item.data() + item.size(), value);
-        if (eq == std::string_view::npos || a.ec != std::errc{} || b.ec != std::errc{}) {
-            qk::detail::fail("qk::backend::vulkan::sample: cannot read the biases of '", text, "'");
-        }
-        out.emplace_back(id, value);
-        inner.remove_prefix(std::min(inner.size(), comma + 1));
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
-// A temperature as an op: t == 1 changes nothing, t <= 0 keeps the first maximum.
-[[nodiscard]] inline op temperature_op(float t)
-{
-    op o;
-    if (t == 1.0f) {
-        return o;
-    }
-    if (t <= 0.0f) {
-        o.kind = keep_max;
-        return o;
-    }
-    o.kind = divide;
-    o.param = bits(t);
-    return o;
-}
-
-// What the kernels must do for one chain, checking that each sampler has a GPU form.
 [[nodiscard]] inline row_plan plan_chain(qk::sampling::chain& c, std::size_t row, std::size_t n_vocab, std::size_t capacity,
                                          qk::sampling::dist*& dist_sampler)
 {
-    namespace qs = qk::sampling;
-    row_plan p;
-    p.flags = active;
-    bool in_list = false;
-    bool selected = false;
-    dist_sampler = nullptr;
-    const auto where = [&](std::size_t i) {
-        return qk::detail::message("sequence ", row, ": sampler ", i + 1, " '", c[i].describe(), "' of '", c.describe(), "'");
-    };
-    for (std::size_t i = 0; i < c.size(); ++i) {
-        qs::sampler& s = c[i];
-        if (selected) {
-            qk::detail::fail("qk::backend::vulkan::sample: ", where(i), " follows the selecting sampler; the GPU runs chains that end with their only greedy or dist");
-        }
-        op o;
-        if (s.get<qs::logit_bias>() != nullptr) {
-            o.biases = biases_of(s);
-            if (o.biases.empty()) {
-                continue;
-            }
-            if (static_cast<std::size_t>(o.biases.back().first) >= n_vocab) {
-                qk::detail::fail("qk::backend::vulkan::sample: ", where(i), ": token ", o.biases.back().first,
-                                 " is outside the vocabulary of ", n_vocab, " tokens");
-            }
-            o.kind = bias;
-        } else if (const auto* t = s.get<qs::temp>(); t != nullptr) {
-            o = temperature_op(t->t());
-            if (o.kind == none) {
-                continue;
-            }
-        } else if (const auto* k = s.get<qs::top_k>(); k != nullptr) {
-            const std::int32_t kk = k->k();
-            if (!in_list) {
-                if (kk <= 0 || static_cast<std::size_t>(kk) >= n_vocab) {
-                    continue; // keeps everything, as on the CPU
-                }
-                if (static_cast<std::size_t>(kk) > capacity) {
-                    qk::detail::fail("qk::backend::vulkan::sample: ", where(i), ": k exceeds this device's GPU top-k limit of ", capacity);
-                }
-                in_list = true;
-                p.k = static_cast<std::uint32_t>(kk);
-                p.flags |= top_k | list;
-                continue;
-            }
-            o.kind = keep_top_k;
-            o.param = kk <= 0 ? 0u : static_cast<std::uint32_t>(kk);
-        } else if (s.get<qs::greedy>() != nullptr) {
-            selected = true;
-            p.flags |= in_list ? 0u : max;
-            continue;
-        } else if (auto* d = s.get<qs::dist>(); d != nullptr) {
-            selected = true;
-            dist_sampler = d;
-            p.flags |= in_list ? list_dist : (max | sums | draw);
-            continue;
-        } else {
-            qk::detail::fail("qk::backend::vulkan::sample: ", where(i),
-                             " has no GPU implementation; the GPU runs logit_bias, temp, top_k, then greedy or dist");
-        }
-        (in_list ? p.list : p.stage).push_back(std::move(o));
-    }
-    if (!selected) {
-        qk::detail::fail("qk::backend::vulkan::sample: sequence ", row, ": chain '", c.describe(),
-                         "' does not end with greedy or dist");
-    }
-    return p;
+    return gpu_sampling::plan_chain(c, row, n_vocab, capacity, dist_sampler, "qk::backend::vulkan");
 }
+using gpu_sampling::temperature_op;
 
 } // namespace detail::sampling
 

@@ -59,6 +59,9 @@ public:
         c.logits_changed(false);
     }
 
+    // The (token, bias) pairs, sorted by token (what a GPU backend uploads).
+    [[nodiscard]] const std::vector<std::pair<std::int32_t, float>>& biases() const noexcept { return biases_; }
+
     [[nodiscard]] std::string describe() const
     {
         std::string s = "logit_bias(";

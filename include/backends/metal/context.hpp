@@ -1,0 +1,303 @@
+// qk::backend::metal::context: the operations of qk::backend::cpu::context on an Apple GPU
+// (mat-vec on resident weights, solve_tri, batched sampling with the CPU chain's tokens), built on
+// device.hpp and the kernels of shaders/*.metal. Apple platforms only (metal.hpp says so
+// elsewhere); the sampling plan and its double-precision finish are the portable sampling_host.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../../kernels/e8m0.hpp"
+#include "../../kernels/error.hpp"
+#include "../../kernels/format_traits.hpp"
+#include "../../kernels/formats.hpp"
+#include "../../kernels/solve_tri.hpp"
+#include "../../sampling/chain.hpp"
+#include "device.hpp"
+#include "kernels.hpp"
+#include "sampling_host.hpp"
+
+namespace qk::backend::metal {
+
+// Weights resident in shared memory: rows of blocks, their GGUF bytes as they are.
+template <class Block>
+class matrix {
+public:
+    [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
+    [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
+    [[nodiscard]] const buffer& weights() const noexcept { return weights_; }
+
+private:
+    friend class context;
+    buffer weights_;
+    std::size_t rows_ = 0;
+    std::size_t cols_ = 0;
+};
+
+namespace detail {
+
+template <class Block>
+[[nodiscard]] const kernel_info& gemv_kernel() noexcept
+{
+    if constexpr (std::is_same_v<Block, block_q8_0>) {
+        return kernels::gemv_q8_0;
+    } else if constexpr (std::is_same_v<Block, block_mxfp4>) {
+        return kernels::gemv_mxfp4;
+    } else if constexpr (std::is_same_v<Block, block_iq4_nl>) {
+        return kernels::gemv_iq4_nl;
+    } else {
+        static_assert(std::is_same_v<Block, block_iq4_xs>, "the Metal mat-vec takes Q8_0, MXFP4, IQ4_NL or IQ4_XS weights");
+        return kernels::gemv_iq4_xs;
+    }
+}
+
+// SIMD-groups of 32 per threadgroup for mat-vec (one row each) and solve_tri (one column each).
+inline constexpr std::uint32_t simdgroups = 4;
+inline constexpr std::uint32_t simd_width = 32;
+// solve_tri stages rows of A through 32 KiB of threadgroup memory: n * rows floats.
+inline constexpr std::uint32_t solve_tri_stage_floats = 8192;
+
+} // namespace detail
+
+// One context per device; its operations lock it for the buffers they reuse.
+class context {
+public:
+    template <class Block>
+    using matrix_type = matrix<Block>;
+
+    explicit context(int index = -1) : device_(index)
+    {
+        table_ = device_.make_buffer(sizeof(e8m0_half_table));
+        std::memcpy(table_.contents(), e8m0_half_table.data(), sizeof(e8m0_half_table));
+    }
+
+    [[nodiscard]] std::string name() const { return "metal: " + device_.name(); }
+    [[nodiscard]] const device& gpu() const noexcept { return device_; }
+
+    template <class Block>
+    [[nodiscard]] matrix<Block> upload(std::span<const Block> w, std::size_t rows, std::size_t cols) const
+    {
+        constexpr std::size_t bs = format_traits<Block>::block_size;
+        if (cols == 0 || cols % bs != 0) {
+            qk::detail::fail("qk::backend::metal::upload: cols (", cols, ") is not a positive multiple of ", format_traits<Block>::name,
+                             "'s block size ", bs);
+        }
+        if (rows == 0 || cols / bs * 8 >= (std::size_t{1} << 32) || w.size() != rows * (cols / bs)) {
+            qk::detail::fail("qk::backend::metal::upload: w has ", w.size(), " blocks for ", rows, " rows of ", cols / bs, " blocks");
+        }
+        matrix<Block> m;
+        m.weights_ = device_.make_buffer(w.size_bytes());
+        std::memcpy(m.weights_.contents(), w.data(), w.size_bytes());
+        m.rows_ = rows;
+        m.cols_ = cols;
+        return m;
+    }
+
+    // y = W·x with float x (not quantized, unlike the CPU's gemv).
+    template <class Block>
+    void gemv(const matrix<Block>& w, std::span<const float> x, std::span<float> y)
+    {
+        if (x.size() != w.cols() || y.size() != w.rows()) {
+            qk::detail::fail("qk::backend::metal::gemv: x has ", x.size(), " values and y ", y.size(), " for a ", w.rows(), " x ",
+                             w.cols(), " matrix");
+        }
+        const std::lock_guard lock(mutex_);
+        const buffer& xb = grow(x_, x.size_bytes());
+        const buffer& yb = grow(y_, y.size_bytes());
+        std::memcpy(xb.contents(), x.data(), x.size_bytes());
+        const auto rows = static_cast<std::uint32_t>(w.rows());
+        const std::vector<argument> args{
+            {&w.weights(), {}},
+            {&xb, {}},
+            {&yb, {}},
+            {nullptr, {rows, static_cast<std::uint32_t>(w.cols() / format_traits<Block>::block_size)}},
+            {&table_, {}},
+        };
+        dispatch_shape shape;
+        shape.groups_x = (rows + detail::simdgroups - 1) / detail::simdgroups;
+        shape.threads_per_group = detail::simd_width * detail::simdgroups;
+        device_.run(detail::gemv_kernel<Block>(), {}, args, shape);
+        std::memcpy(y.data(), yb.contents(), y.size_bytes());
+    }
+
+    // qk::solve_tri's contiguous overload (float): the same checks, raised before anything runs.
+    void solve_tri(const float* A, const float* B, float* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
+    {
+        constexpr const char* op = "qk::backend::metal::solve_tri: ";
+        if (n < 1 || k < 1 || batch < 1) {
+            qk::detail::fail(op, "n = ", n, ", k = ", k, ", batch = ", batch, "; each must be at least 1");
+        }
+        if (n > detail::solve_tri_stage_floats || k > (std::int64_t{1} << 31) / n || batch > 65535) {
+            qk::detail::fail(op, "n = ", n, ", k = ", k, ", batch = ", batch,
+                             " exceed this kernel's limits (n <= 8192, n * k < 2^31, batch <= 65535)");
+        }
+        if (A == nullptr || B == nullptr || X == nullptr) {
+            qk::detail::fail(op, A == nullptr ? "A" : (B == nullptr ? "B" : "X"), " is a null pointer");
+        }
+        if (!opt.unit) {
+            for (std::int64_t q = 0; q < batch; ++q) {
+                for (std::int64_t i = 0; i < n; ++i) {
+                    if (A[(q * n + i) * n + i] == 0.0f) {
+                        qk::detail::fail(op, "A has a zero on its diagonal at batch ", q, ", row ", i,
+                                         "; the system is singular (tri_options::unit ignores the stored diagonal)");
+                    }
+                }
+            }
+        }
+        const std::lock_guard lock(mutex_);
+        const auto a_bytes = static_cast<std::size_t>(n * n * batch) * sizeof(float);
+        const auto b_bytes = static_cast<std::size_t>(n * k * batch) * sizeof(float);
+        const buffer& ab = grow(a_, a_bytes);
+        const buffer& bb = grow(b_, b_bytes);
+        const buffer& xb = grow(x_solve_, b_bytes);
+        std::memcpy(ab.contents(), A, a_bytes);
+        std::memcpy(bb.contents(), B, b_bytes);
+        const auto un = static_cast<std::uint32_t>(n);
+        const std::uint32_t rows = std::min<std::uint32_t>(un, detail::solve_tri_stage_floats / un);
+        const std::vector<constant_value> constants{
+            {0, constant_type::uint32, detail::simdgroups},
+            {1, constant_type::uint32, un},
+            {2, constant_type::uint32, static_cast<std::uint32_t>(k)},
+            {3, constant_type::boolean, opt.left ? 1u : 0u},
+            {4, constant_type::boolean, opt.lower ? 1u : 0u},
+            {5, constant_type::boolean, opt.unit ? 1u : 0u},
+            {6, constant_type::uint32, rows},
+        };
+        const std::vector<argument> args{{&ab, {}}, {&bb, {}}, {&xb, {}}, {nullptr, {static_cast<std::uint32_t>(batch)}}};
+        dispatch_shape shape;
+        shape.groups_x = static_cast<std::uint32_t>((k + detail::simdgroups - 1) / detail::simdgroups);
+        shape.groups_y = static_cast<std::uint32_t>(batch);
+        shape.threads_per_group = detail::simd_width * detail::simdgroups;
+        shape.threadgroup_memory_bytes = (rows * un * 4 + 15) / 16 * 16;
+        device_.run(kernels::solve_tri, constants, args, shape);
+        std::memcpy(X, xb.contents(), b_bytes);
+    }
+
+    // As qk::backend::cpu::context::sample for chains of logit_bias, temp, top_k, then greedy or
+    // dist: the same tokens. Errors leave every chain untouched.
+    void sample(std::span<const float> logits, std::size_t n_seq, std::size_t n_vocab, std::span<sampling::chain> chains,
+                std::span<const std::uint8_t> active, std::span<std::int32_t> tokens)
+    {
+        namespace mh = detail::sampling;
+        if (n_seq == 0 || n_vocab == 0 || n_seq > 65535 || n_vocab > 0xffffffffu / n_seq || logits.size() != n_seq * n_vocab ||
+            chains.size() != n_seq || tokens.size() != n_seq || (!active.empty() && active.size() != n_seq)) {
+            qk::detail::fail("qk::backend::metal::sample: ", logits.size(), " logits, ", chains.size(), " chains, ", tokens.size(),
+                             " tokens and ", active.size(), " active flags for n_seq = ", n_seq, ", n_vocab = ", n_vocab);
+        }
+        const auto is_active = [&](std::size_t r) { return active.empty() || active[r] != 0; };
+        std::vector<mh::row_plan> plans(n_seq);
+        std::vector<sampling::dist*> dists(n_seq, nullptr);
+        for (std::size_t r = 0; r < n_seq; ++r) {
+            if (is_active(r)) {
+                plans[r] = mh::plan_chain(chains[r], r, n_vocab, capacity, dists[r]);
+                if (dists[r] != nullptr) {
+                    sampling::dist copy = *dists[r];
+                    plans[r].u = copy.next_uniform();
+                }
+            }
+        }
+        const std::lock_guard lock(mutex_);
+        const mh::records records = mh::encode(plans);
+        const std::size_t chunks = sampling::detail::chunk_count(n_vocab);
+        const buffer& input = grow(logits_, logits.size_bytes());
+        const buffer& work = grow(work_, logits.size_bytes());
+        const buffer& rows = grow(rows_, records.rows.size() * 4);
+        const buffer& ops = grow(ops_, records.ops.size() * 4);
+        const buffer& biases = grow(biases_, records.biases.size() * 4);
+        const buffer& results = grow(results_, n_seq * mh::result_words * 4);
+        const buffer& sums = grow(sums_, n_seq * chunks * 4);
+        const buffer& exps = grow(exps_, logits.size_bytes());
+        const buffer& lists = grow(lists_, n_seq * capacity * mh::list_words * 4);
+        std::memcpy(input.contents(), logits.data(), logits.size_bytes());
+        std::memcpy(rows.contents(), records.rows.data(), records.rows.size() * 4);
+        std::memcpy(ops.contents(), records.ops.data(), records.ops.size() * 4);
+        std::memcpy(biases.contents(), records.biases.data(), records.biases.size() * 4);
+        std::memset(results.contents(), 0, n_seq * mh::result_words * 4);
+        const bool copied = records.stages > 0;
+        const std::vector<constant_value> constants{{0, constant_type::uint32, capacity}};
+        for (const mh::dispatch& d : mh::dispatches(records, n_seq, n_vocab, mh::mode::sample, threads, capacity)) {
+            const std::vector<argument> args{
+                {nullptr, {static_cast<std::uint32_t>(n_seq), static_cast<std::uint32_t>(n_vocab), static_cast<std::uint32_t>(chunks), d.param}},
+                {copied ? &work : &input, {}},
+                {&rows, {}},
+                {&ops, {}},
+                {&biases, {}},
+                {&results, {}},
+                {&sums, {}},
+                {d.what == mh::kernel::transform && d.param == mh::all_rows ? &input : &exps, {}},
+                {&lists, {}},
+            };
+            dispatch_shape shape;
+            shape.groups_x = d.groups_x;
+            shape.groups_y = d.groups_y;
+            shape.threads_per_group = d.threads;
+            shape.threadgroup_memory_bytes = d.threadgroup_bytes;
+            device_.run(kernel_of(d.what), d.what == mh::kernel::top_k ? std::span<const constant_value>(constants)
+                                                                       : std::span<const constant_value>(),
+                        args, shape);
+        }
+        const auto* result_words = static_cast<const std::uint32_t*>(results.contents());
+        const auto* sum_values = static_cast<const float*>(sums.contents());
+        const auto* exp_values = static_cast<const float*>(exps.contents());
+        const auto* list_entries = static_cast<const sampling::token_data*>(lists.contents());
+        std::vector<std::int32_t> picked(n_seq, -1);
+        for (std::size_t r = 0; r < n_seq; ++r) {
+            if (is_active(r)) {
+                const std::span<const std::uint32_t> result(result_words + r * mh::result_words, mh::result_words);
+                const std::size_t listed = std::min<std::size_t>(capacity, result[mh::list_size]);
+                picked[r] = mh::token_of(plans[r], r, result, {sum_values + r * chunks, chunks}, {exp_values + r * n_vocab, n_vocab},
+                                         {list_entries + r * capacity, listed});
+            }
+        }
+        for (std::size_t r = 0; r < n_seq; ++r) {
+            tokens[r] = picked[r];
+            if (is_active(r)) {
+                if (dists[r] != nullptr) {
+                    (void)dists[r]->next_uniform();
+                }
+                chains[r].accept(picked[r]);
+            }
+        }
+    }
+
+private:
+    // The largest top-k list, and threads per sampling threadgroup: top_k's threadgroup memory is
+    // 4 (256 + 3 * 2048 + 2 * 256 + 4) = 27664 bytes, within every Apple GPU's 32 KiB.
+    static constexpr std::uint32_t capacity = detail::sampling::max_list_capacity;
+    static constexpr std::uint32_t threads = 256;
+
+    static const kernel_info& kernel_of(detail::sampling::kernel k) noexcept
+    {
+        switch (k) {
+        case detail::sampling::kernel::transform: return kernels::sampling_transform;
+        case detail::sampling::kernel::argmax: return kernels::sampling_argmax;
+        case detail::sampling::kernel::chunks: return kernels::sampling_chunks;
+        case detail::sampling::kernel::scale: return kernels::sampling_scale;
+        case detail::sampling::kernel::top_k: break;
+        }
+        return kernels::sampling_top_k;
+    }
+
+    const buffer& grow(buffer& b, std::size_t bytes)
+    {
+        if (b.size() < bytes) {
+            b = device_.make_buffer(bytes);
+        }
+        return b;
+    }
+
+    device device_;
+    std::mutex mutex_;
+    buffer table_;
+    buffer x_, y_, a_, b_, x_solve_;
+    buffer logits_, work_, rows_, ops_, biases_, results_, sums_, exps_, lists_;
+};
+
+} // namespace qk::backend::metal

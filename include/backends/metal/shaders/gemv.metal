@@ -1,0 +1,182 @@
+// Mat-vec y = W·x on Metal for Q8_0, MXFP4, IQ4_NL and IQ4_XS weights (the GGUF block bytes,
+// read as they are) with float activations: one SIMD-group per row, its lanes striding over
+// parts of the row's blocks, then simd_sum. x is not quantized.
+//
+// Host interface (kernel_gemv_q8_0, kernel_gemv_mxfp4, kernel_gemv_iq4_nl, kernel_gemv_iq4_xs)
+//   buffer(0)  device const uchar* w      rows * blocks_per_row blocks, row-major, GGUF bytes
+//                                         (34, 17, 18, 136 bytes per block of 32, 32, 32, 256)
+//   buffer(1)  device const float* x      blocks_per_row * block values
+//   buffer(2)  device float*       y      rows values
+//   buffer(3)  constant gemv_args&        { uint rows; uint blocks_per_row; } (setBytes, 8 bytes)
+//   buffer(4)  constant float* e8m0_half  kernel_gemv_mxfp4 only: qk::e8m0_half_table, 256
+//                                         floats (1024 bytes)
+//   threadgroup memory: none. Function constants: none.
+//   dispatch: threadgroups (ceil(rows / nsg), 1, 1); threads per threadgroup (32 * nsg, 1, 1)
+//   for any nsg >= 1 with 32 * nsg <= the pipeline's maxTotalThreadsPerThreadgroup; the
+//   pipeline's threadExecutionWidth must be 32. SIMD-group s of threadgroup g computes row
+//   g * nsg + s (rows past the last return at once). Row offsets are 64-bit; within a row,
+//   blocks_per_row * 8 (the parts) must stay below 2^32.
+//
+// Blocks of 17, 18 and 34 bytes are not word aligned, so weights are read byte by byte and
+// fp16 scales assembled from two bytes. A lane's unit of work is a part of a block: a quarter
+// (8 values) of the 32-value formats, a 32-value group of IQ4_XS. In the nibble formats byte j
+// of a block holds values j (low nibble) and j + 16 (high), so quarter q covers bytes 4q..4q+3.
+#include <metal_stdlib>
+using namespace metal;
+
+struct gemv_args {
+    uint rows;
+    uint blocks_per_row;
+};
+
+// The IQ4_NL grid, and the E2M1 values doubled to integers (the half-scale table undoes it).
+constant float gemv_iq4_values[16] = {-127.0f, -104.0f, -83.0f, -65.0f, -49.0f, -35.0f, -22.0f, -10.0f,
+                                      1.0f,    13.0f,   25.0f,  38.0f,  53.0f,  69.0f,  89.0f,  113.0f};
+constant float gemv_mxfp4_values[16] = {0.0f, 1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  12.0f,
+                                        0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+
+// A little-endian fp16 at any byte offset.
+inline float gemv_fp16_at(device const uchar* p)
+{
+    return float(as_type<half>(ushort(uint(p[0]) | (uint(p[1]) << 8))));
+}
+
+struct gemv_q8_0 {
+    float part(device const uchar* block, device const float* x, uint q) const
+    {
+        device const uchar* qs = block + 2 + 8 * q;
+        device const float* xs = x + 8 * q;
+        float s = 0.0f;
+        for (uint t = 0; t < 8; ++t) {
+            // The byte as a signed int8: flip the sign bit's weight from +128 to -128.
+            s += float(int(uint(qs[t]) ^ 0x80u) - 128) * xs[t];
+        }
+        return gemv_fp16_at(block) * s;
+    }
+};
+
+struct gemv_mxfp4 {
+    constant float* e8m0_half;
+    float part(device const uchar* block, device const float* x, uint q) const
+    {
+        device const uchar* qs = block + 1 + 4 * q;
+        device const float* xs = x + 4 * q;
+        float s = 0.0f;
+        for (uint t = 0; t < 4; ++t) {
+            const uint code = qs[t];
+            s += gemv_mxfp4_values[code & 15u] * xs[t] + gemv_mxfp4_values[code >> 4] * xs[t + 16];
+        }
+        return e8m0_half[block[0]] * s;
+    }
+};
+
+struct gemv_iq4_nl {
+    float part(device const uchar* block, device const float* x, uint q) const
+    {
+        device const uchar* qs = block + 2 + 4 * q;
+        device const float* xs = x + 4 * q;
+        float s = 0.0f;
+        for (uint t = 0; t < 4; ++t) {
+            const uint code = qs[t];
+            s += gemv_iq4_values[code & 15u] * xs[t] + gemv_iq4_values[code >> 4] * xs[t + 16];
+        }
+        return gemv_fp16_at(block) * s;
+    }
+};
+
+// Layout: fp16 d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128]. Group g has the 6-bit
+// scale (low nibble g % 2 of scales_l[g / 2]) | (bits 2g, 2g + 1 of scales_h) << 4, minus 32.
+struct gemv_iq4_xs {
+    float part(device const uchar* block, device const float* x, uint g) const
+    {
+        const uint scales_h = uint(block[2]) | (uint(block[3]) << 8);
+        const uint low = (uint(block[4 + g / 2]) >> (4 * (g % 2))) & 15u;
+        const int scale = int(low | (((scales_h >> (2 * g)) & 3u) << 4)) - 32;
+        device const uchar* qs = block + 8 + 16 * g;
+        device const float* xs = x + 32 * g;
+        float s = 0.0f;
+        for (uint t = 0; t < 16; ++t) {
+            const uint code = qs[t];
+            s += gemv_iq4_values[code & 15u] * xs[t] + gemv_iq4_values[code >> 4] * xs[t + 16];
+        }
+        return (gemv_fp16_at(block) * float(scale)) * s;
+    }
+};
+
+template <typename Format, uint BlockBytes, uint BlockValues, uint Parts>
+inline void gemv_row(thread const Format& format, device const uchar* w, device const float* x, device float* y,
+                     constant gemv_args& args, uint row, uint lane, uint width)
+{
+    // Uniform over the SIMD-group: the lanes of one row leave together, before simd_sum.
+    if (row >= args.rows) {
+        return;
+    }
+    device const uchar* blocks = w + ulong(row) * args.blocks_per_row * BlockBytes;
+    const uint parts = args.blocks_per_row * Parts;
+    float sum = 0.0f;
+    for (uint p = lane; p < parts; p += width) {
+        const uint block = p / Parts;
+        sum += format.part(blocks + ulong(block) * BlockBytes, x + ulong(block) * BlockValues, p % Parts);
+    }
+    sum = simd_sum(sum);
+    if (lane == 0) {
+        y[row] = sum;
+    }
+}
+
+kernel void kernel_gemv_q8_0(device const uchar* w [[buffer(0)]],
+                             device const float* x [[buffer(1)]],
+                             device float* y [[buffer(2)]],
+                             constant gemv_args& args [[buffer(3)]],
+                             uint3 tgpig [[threadgroup_position_in_grid]],
+                             uint sgitg [[simdgroup_index_in_threadgroup]],
+                             uint nsg [[simdgroups_per_threadgroup]],
+                             uint tiisg [[thread_index_in_simdgroup]],
+                             uint ntpsg [[threads_per_simdgroup]])
+{
+    const gemv_q8_0 format{};
+    gemv_row<gemv_q8_0, 34, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+}
+
+kernel void kernel_gemv_mxfp4(device const uchar* w [[buffer(0)]],
+                              device const float* x [[buffer(1)]],
+                              device float* y [[buffer(2)]],
+                              constant gemv_args& args [[buffer(3)]],
+                              constant float* e8m0_half [[buffer(4)]],
+                              uint3 tgpig [[threadgroup_position_in_grid]],
+                              uint sgitg [[simdgroup_index_in_threadgroup]],
+                              uint nsg [[simdgroups_per_threadgroup]],
+                              uint tiisg [[thread_index_in_simdgroup]],
+                              uint ntpsg [[threads_per_simdgroup]])
+{
+    const gemv_mxfp4 format{e8m0_half};
+    gemv_row<gemv_mxfp4, 17, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+}
+
+kernel void kernel_gemv_iq4_nl(device const uchar* w [[buffer(0)]],
+                               device const float* x [[buffer(1)]],
+                               device float* y [[buffer(2)]],
+                               constant gemv_args& args [[buffer(3)]],
+                               uint3 tgpig [[threadgroup_position_in_grid]],
+                               uint sgitg [[simdgroup_index_in_threadgroup]],
+                               uint nsg [[simdgroups_per_threadgroup]],
+                               uint tiisg [[thread_index_in_simdgroup]],
+                               uint ntpsg [[threads_per_simdgroup]])
+{
+    const gemv_iq4_nl format{};
+    gemv_row<gemv_iq4_nl, 18, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+}
+
+kernel void kernel_gemv_iq4_xs(device const uchar* w [[buffer(0)]],
+                               device const float* x [[buffer(1)]],
+                               device float* y [[buffer(2)]],
+                               constant gemv_args& args [[buffer(3)]],
+                               uint3 tgpig [[threadgroup_position_in_grid]],
+                               uint sgitg [[simdgroup_index_in_threadgroup]],
+                               uint nsg [[simdgroups_per_threadgroup]],
+                               uint tiisg [[thread_index_in_simdgroup]],
+                               uint ntpsg [[threads_per_simdgroup]])
+{
+    const gemv_iq4_xs format{};
+    gemv_row<gemv_iq4_xs, 136, 256, 8>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+}
