@@ -32,7 +32,7 @@ public:
 
     void reseed(std::uint64_t seed) { engine_.seed(mix_seed(seed, stream_)); }
 
-    // A uniform number in [0, 1); GPU backends are given this same number cast to float.
+    // A uniform number in [0, 1); GPU backends are given this same double (dist::next_uniform).
     [[nodiscard]] double uniform() { return to_unit_interval(engine_()); }
 
     friend bool operator==(const random_source&, const random_source&) = default;
