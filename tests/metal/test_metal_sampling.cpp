@@ -180,7 +180,9 @@ struct device_state {
     [[nodiscard]] std::vector<qs::token_data> row_list(std::size_t row, std::size_t count) const
     {
         std::vector<qs::token_data> out(count);
-        std::memcpy(out.data(), lists.data() + row * capacity * mh::list_words, count * sizeof(qs::token_data));
+        if (count > 0) { // an empty vector's data() may be null, which memcpy must not get
+            std::memcpy(out.data(), lists.data() + row * capacity * mh::list_words, count * sizeof(qs::token_data));
+        }
         return out;
     }
     [[nodiscard]] std::vector<float> values_of(std::size_t row) const
