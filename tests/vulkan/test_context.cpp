@@ -105,3 +105,19 @@ TEST_CASE("vulkan context: one engine template on both backends")
         CHECK(std::abs(static_cast<double>(g.y[r]) - c.y[r] - effect) <= 2.0 * (cols + 2) * 0x1p-24 * magnitude);
     }
 }
+
+TEST_CASE("vulkan context: both contexts reject bad shapes with a qk::error before anything is written")
+{
+    qk::backend::cpu::context cpu(1);
+    qk::backend::vulkan::context gpu;
+    const std::vector<qk::block_q8_0> w(4);
+    CHECK_THROWS_AS((void)cpu.upload<qk::block_q8_0>(w, 3, 64), qk::error); // 4 blocks for 3 rows of 2
+    CHECK_THROWS_AS((void)gpu.upload<qk::block_q8_0>(w, 3, 64), qk::error);
+    std::vector<qk::sampling::chain> chains{qk::sampling::chain::parse("greedy")};
+    const std::vector<float> logits(10, 0.0f);
+    std::vector<std::int32_t> tokens(2, 42);
+    CHECK_THROWS_WITH_AS(gpu.sample(logits, 1, 10, chains, {}, tokens), doctest::Contains("1 chains and 2 tokens for n_seq = 1"),
+                         qk::error);
+    CHECK_THROWS_AS(cpu.sample(logits, 1, 10, chains, {}, tokens), qk::error);
+    CHECK(tokens == std::vector<std::int32_t>(2, 42));
+}
