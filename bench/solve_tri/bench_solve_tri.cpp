@@ -17,12 +17,7 @@
 #include <random>
 #include <vector>
 
-#if QKERN_BENCH_OPENBLAS
-#include <cblas.h>
-#endif
-#if QKERN_BENCH_EIGEN
-#include <Eigen/Core>
-#endif
+#include "peers.hpp"
 
 namespace {
 
@@ -32,7 +27,7 @@ using qk::backend::cpu::thread_pool;
 
 double measure_fma_peak()
 {
-    using vector = xsimd::batch<float, qk::arch::solve_tri_native>;
+    using vector = xsimd::batch<float, qk::arch::xsimd_of<qk::arch::solve_tri_native>>;
     constexpr std::size_t chains = 12;
     std::array<vector, chains> acc;
     for (std::size_t j = 0; j < chains; ++j) {
@@ -197,27 +192,16 @@ template <class SolveBatch>
 }
 
 #if QKERN_BENCH_OPENBLAS
-// cblas_strsm, with OpenBLAS held to one thread.
 void openblas_solve(benchmark::State& state)
 {
-    openblas_set_num_threads(1);
-    in_place_solve(state, [](const float* a, float* x, const problem& p) {
-        const auto n = static_cast<int>(p.n);
-        const auto k = static_cast<int>(p.k);
-        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n, k, 1.0f, a, n, x, k);
-    });
+    in_place_solve(state, [](const float* a, float* x, const problem& p) { qk_bench::openblas_solve_lower(a, x, p.n, p.k); });
 }
 #endif
 
 #if QKERN_BENCH_EIGEN
 void eigen_solve(benchmark::State& state)
 {
-    in_place_solve(state, [](const float* a, float* x, const problem& p) {
-        using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-        const Eigen::Map<const matrix, Eigen::Aligned64> a_map(a, p.n, p.n);
-        Eigen::Map<matrix, Eigen::Aligned64> x_map(x, p.n, p.k);
-        a_map.triangularView<Eigen::Lower>().solveInPlace(x_map);
-    });
+    in_place_solve(state, [](const float* a, float* x, const problem& p) { qk_bench::eigen_solve_lower(a, x, p.n, p.k); });
 }
 #endif
 

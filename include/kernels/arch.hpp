@@ -105,3 +105,13 @@ struct xsimd_arch_of<arch::neon64_dotprod> {
 
 } // namespace qk::detail
 
+namespace qk::arch {
+
+// The xsimd architecture whose vectors a tag's code uses. xsimd knows only its own tags, so
+// anything handed to xsimd (xsimd::batch<float, xsimd_of<Tag>>) goes through this: a qkern tag
+// such as avx512vnni or neon64_dotprod given to xsimd directly does not compile, and does so only
+// in builds whose flags select that tag.
+template <class Tag>
+using xsimd_of = typename detail::xsimd_arch_of<Tag>::type;
+
+} // namespace qk::arch

@@ -407,7 +407,7 @@ template <class Arch, class T>
 void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_options& opt,
                      backend::cpu::thread_pool* pool)
 {
-    using simd = typename xsimd_arch_of<Arch>::type;
+    using simd = arch::xsimd_of<Arch>;
     using shape = kernels::solve_tri_detail::tile_shape<T, simd>;
     const tri_problem p = check_solve_tri<T>(A, B, X, opt);
 

@@ -38,7 +38,7 @@ template <class Arch>
 inline constexpr bool is_scalar = std::is_same_v<Arch, arch::generic>;
 
 template <class Arch>
-using simd_of = typename qk::detail::xsimd_arch_of<Arch>::type;
+using simd_of = arch::xsimd_of<Arch>;
 
 inline constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
