@@ -88,16 +88,6 @@ constexpr std::string_view tag_name()
     }
 }
 
-template <class Tag>
-constexpr unsigned tag_version()
-{
-    if constexpr (requires { Tag::version(); }) {
-        return Tag::version();
-    } else {
-        return 0;
-    }
-}
-
 struct feature {
     bool present;
     const char* name;
@@ -157,34 +147,68 @@ std::string compiler_enabled_features()
     return join_present(features, "none of sse2..avx512vnni, neon, dotprod");
 }
 
-// What the running CPU can execute, by xsimd's tag names; it may exceed what the flags enable.
+// What the running CPU offers of the features qkern has tags for (qk::running_cpu(), which also
+// checks that the OS saves the wider registers); it may exceed what the flags enable.
 std::string cpu_features()
 {
-    const auto cpu = xsimd::available_architectures();
-    // xsimd 8.1 reads the AVX bit from CPUID leaf 0x80000001 instead of leaf 1, so it misses AVX
-    // (and with it fma3+avx) on most CPUs. Every AVX2 CPU has AVX, so repair what we can.
-    const bool avx = cpu.avx != 0 || cpu.avx2 != 0;
-    const bool fma3_avx = cpu.fma3_avx != 0 || cpu.fma3_avx2 != 0;
+    const qk::cpu_features& cpu = qk::running_cpu();
     const feature features[] = {
-        {cpu.sse2 != 0, "sse2"},
-        {cpu.sse3 != 0, "sse3"},
-        {cpu.ssse3 != 0, "ssse3"},
-        {cpu.sse4_1 != 0, "sse4.1"},
-        {cpu.sse4_2 != 0, "sse4.2"},
-        {cpu.fma3_sse != 0, "fma3+sse4.2"},
-        {cpu.fma4 != 0, "fma4"},
-        {avx, "avx"},
-        {fma3_avx, "fma3+avx"},
-        {cpu.avx2 != 0, "avx2"},
-        {cpu.fma3_avx2 != 0, "fma3+avx2"},
-        {cpu.avx512f != 0, "avx512f"},
-        {cpu.avx512cd != 0, "avx512cd"},
-        {cpu.avx512dq != 0, "avx512dq"},
-        {cpu.avx512bw != 0, "avx512bw"},
-        {cpu.neon != 0, "arm32+neon"},
-        {cpu.neon64 != 0, "arm64+neon"},
+        {cpu.sse4_2, "sse4.2"},         {cpu.popcnt, "popcnt"},         {cpu.avx2, "avx2"},         {cpu.fma, "fma"},
+        {cpu.f16c, "f16c"},             {cpu.avx512f, "avx512f"},       {cpu.avx512bw, "avx512bw"}, {cpu.avx512dq, "avx512dq"},
+        {cpu.avx512vl, "avx512vl"},     {cpu.avx512vnni, "avx512vnni"}, {cpu.neon64, "neon"},       {cpu.dotprod, "dotprod"},
     };
-    return join_present(features, "none that xsimd detects");
+    return join_present(features, "none of the features qkern has kernels for");
+}
+
+// Calls f(Tag{}) for every tag this CPU runs, scalar reference first.
+template <class F>
+void for_each_runnable_tag(F&& f)
+{
+    f(qk::arch::generic{});
+    [[maybe_unused]] const qk::cpu_features& cpu = qk::running_cpu();
+#if QK_HAS_X86_KERNELS
+    if (qk::runs<qk::arch::sse4_2>(cpu)) f(qk::arch::sse4_2{});
+    if (qk::runs<qk::arch::avx2>(cpu)) f(qk::arch::avx2{});
+    if (qk::runs<qk::arch::avx512bw>(cpu)) f(qk::arch::avx512bw{});
+    if (qk::runs<qk::arch::avx512vnni>(cpu)) f(qk::arch::avx512vnni{});
+#elif QK_HAS_ARM_KERNELS
+    f(qk::arch::neon64{});
+    if (qk::runs<qk::arch::neon64_dotprod>(cpu)) f(qk::arch::neon64_dotprod{});
+#endif
+}
+
+// quantize and dot on the tag qk::dispatch picks for this CPU: the tool's kernels are the CPU's
+// best whatever the build's flags (the bytes are the same on every tag).
+template <class Block>
+std::vector<Block> quantize_best(std::span<const float> x)
+{
+    return qk::dispatch([&]<class Tag>(Tag) { return qk::quantize<Block, Tag>(x); });
+}
+
+template <class Block>
+void quantize_best(std::span<const float> x, std::span<Block> y)
+{
+    qk::dispatch([&]<class Tag>(Tag) { qk::quantize<Block, Tag>(x, y); });
+}
+
+template <qk::weight_format Block>
+float dot_best(std::span<const Block> w, std::span<const typename qk::format_traits<Block>::vec_dot_type> a)
+{
+    return qk::dispatch([&]<class Tag>(Tag) { return qk::dot<Block, Tag>(w, a); });
+}
+
+// The tags of qkern's kernels that this CPU runs, lowest first.
+std::string runnable_tags()
+{
+    std::string out;
+    for_each_runnable_tag([&]<class Tag>(Tag) { out += fmt::format("{}{}", out.empty() ? "" : " ", tag_name<Tag>()); });
+    return out;
+}
+
+// The tag qk::dispatch picks on this CPU: what dot, quantize and gemv run on in this tool.
+std::string_view dispatched_tag()
+{
+    return qk::dispatch([]<class Tag>(Tag) { return tag_name<Tag>(); });
 }
 
 std::string hardware_threads()
@@ -244,10 +268,17 @@ void print_info()
                tag_name<qk::arch::native>());
     fmt::print("  flags enable   {}\n", compiler_enabled_features());
     fmt::print("  CPU offers     {}\n", cpu_features());
-    // xsimd ranks its tags by version(), so a higher best means kernels this build leaves unused.
-    if (xsimd::available_architectures().best > tag_version<qk::arch::native>()) {
-        fmt::print("  hint           this CPU can do more than {}: build with -march=native (CMake: -DQKERN_NATIVE=ON)\n",
-                   tag_name<qk::arch::native>());
+    fmt::print("  CPU runs tags  {}\n", runnable_tags());
+    // dot, quantize and gemv carry per-function targets, so this tool picks them at run time;
+    // solve_tri and the sampling passes are plain xsimd vectors, which exist only as the flags allow.
+    const std::string_view best = dispatched_tag();
+    fmt::print("  kernels        dot, quantize, gemv: {} (chosen at run time for this CPU)\n", best);
+    fmt::print("                 solve_tri: {}, sampling passes: {} (fixed at compile time by the flags)\n",
+               tag_name<qk::arch::solve_tri_native>(), tag_name<qk::arch::vector_native>());
+    if (best != tag_name<qk::arch::vector_native>() && best != "generic") {
+        fmt::print("  hint           this CPU runs {}, but solve_tri and sampling were compiled for {}: build qk for this machine\n"
+                   "                 (./scripts/try.sh does; CMake: leave QKERN_PORTABLE off, or -DQKERN_NATIVE=ON)\n",
+                   best, tag_name<qk::arch::vector_native>());
     }
     fmt::print("  threads        {} hardware threads\n", hardware_threads());
     print_vulkan_devices();
@@ -285,7 +316,7 @@ constexpr double bits_per_weight()
 template <class Block>
 std::vector<float> round_trip(std::span<const float> x)
 {
-    const std::vector<Block> blocks = qk::quantize<Block>(x);
+    const std::vector<Block> blocks = quantize_best<Block>(x);
     std::vector<float> y(x.size());
     qk::dequantize<Block>(std::span<const Block>(blocks), std::span<float>(y));
     return y;
@@ -317,7 +348,7 @@ bool tour_round_trip(std::span<const float> x)
 }
 
 struct dot_result {
-    float native = 0.0f;
+    float best = 0.0f; // on the kernels qk::dispatch picks
     float generic = 0.0f;
     double dequantized = 0.0; // the dot of the dequantized rows, in double
     double exact = 0.0;       // the dot of the original floats, in double
@@ -333,7 +364,7 @@ struct dot_result {
 // every |t| and every partial sum), the standard bound for recursive summation gives
 //     |computed - exact| <= (n + 2) * u * S   (to first order in u).
 // A SIMD kernel may add in another order (lanes, then a horizontal sum) or fuse multiply-adds;
-// that obeys the same bound, so |native - generic| <= 2 (n + 2) u S = (n + 2) * FLT_EPSILON * S,
+// that obeys the same bound, so |best - generic| <= 2 (n + 2) u S = (n + 2) * FLT_EPSILON * S,
 // and the dot of the dequantized values in double is within half of that of either. We allow
 // twice the bound, for the rounding of the dequantized values and in S, and second-order terms.
 double dot_tolerance(std::size_t groups, double abs_sum)
@@ -341,15 +372,15 @@ double dot_tolerance(std::size_t groups, double abs_sum)
     return 2.0 * static_cast<double>(groups + 2) * static_cast<double>(FLT_EPSILON) * abs_sum;
 }
 
-// y = W a for the tour's W (tour_rows x tour_cols), natively and by the generic reference, each
-// row checked (native against generic, generic against the dequantized data, which catches a
+// y = W a for the tour's W (tour_rows x tour_cols), on the best kernels and by the generic reference, each
+// row checked (best against generic, generic against the dequantized data, which catches a
 // dot kernel that disagrees with dequantize); returns row 0's values to show.
 template <qk::weight_format Block>
 dot_result tour_dot(std::span<const float> w, std::span<const float> a)
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
-    const std::vector<Block> wq = qk::quantize<Block>(w);
-    const std::vector<activation> aq = qk::quantize<activation>(a);
+    const std::vector<Block> wq = quantize_best<Block>(w);
+    const std::vector<activation> aq = quantize_best<activation>(a);
 
     std::vector<float> w_deq(w.size());
     std::vector<float> a_deq(a.size());
@@ -361,7 +392,7 @@ dot_result tour_dot(std::span<const float> w, std::span<const float> a)
     dot_result result;
     for (std::size_t r = 0; r < tour_rows; ++r) {
         const std::span<const Block> row(wq.data() + r * row_blocks, row_blocks);
-        const float native = qk::dot<Block>(row, a_blocks);
+        const float best = dot_best<Block>(row, a_blocks);
         const float generic = qk::dot<Block, qk::arch::generic>(row, a_blocks);
 
         double exact = 0.0;
@@ -375,11 +406,11 @@ dot_result tour_dot(std::span<const float> w, std::span<const float> a)
         }
         const double tolerance = dot_tolerance(tour_cols / 32, abs_sum);
         // Written so that a NaN anywhere fails the check.
-        const bool row_ok = std::fabs(static_cast<double>(native) - static_cast<double>(generic)) <= tolerance &&
+        const bool row_ok = std::fabs(static_cast<double>(best) - static_cast<double>(generic)) <= tolerance &&
                             std::fabs(static_cast<double>(generic) - dequantized) <= tolerance;
         result.ok = result.ok && row_ok;
         if (r == 0) {
-            result.native = native;
+            result.best = best;
             result.generic = generic;
             result.dequantized = dequantized;
             result.exact = exact;
@@ -402,10 +433,10 @@ bool run_tour()
         all_ok = qk::visit_format(f, [&]<class Block>(std::type_identity<Block>) { return tour_round_trip<Block>(w); }) && all_ok;
     }
 
-    const std::string native_header = fmt::format("native ({})", tag_name<qk::arch::native>());
-    const std::size_t native_width = std::max<std::size_t>(native_header.size(), 12);
+    const std::string best_header = fmt::format("best ({})", dispatched_tag());
+    const std::size_t best_width = std::max<std::size_t>(best_header.size(), 12);
     fmt::print("\ndot products: y = W a with a quantized too; y[0] shown, all {} rows checked\n", tour_rows);
-    fmt::print("  {:<8} {:<6} {:>{}} {:>12} {:>12} {:>12}   {}\n", "format", "a as", native_header, native_width, "generic",
+    fmt::print("  {:<8} {:<6} {:>{}} {:>12} {:>12} {:>12}   {}\n", "format", "a as", best_header, best_width, "generic",
                "dequant f64", "exact f64", "check");
     for (qk::format f : qk::all_formats) {
         qk::visit_format(f, [&]<class Block>(std::type_identity<Block>) {
@@ -414,12 +445,12 @@ bool run_tour()
                 const dot_result d = tour_dot<Block>(w, a);
                 all_ok = all_ok && d.ok;
                 fmt::print("  {:<8} {:<6} {:>{}.5f} {:>12.5f} {:>12.5f} {:>12.5f}   {}\n", qk::format_traits<Block>::name,
-                           qk::format_traits<activation>::name, d.native, native_width, d.generic, d.dequantized, d.exact,
+                           qk::format_traits<activation>::name, d.best, best_width, d.generic, d.dequantized, d.exact,
                            d.ok ? "ok" : "FAIL");
             }
         });
     }
-    fmt::print("  check: |native - generic| and |generic - dequant f64| within the float rounding bound\n");
+    fmt::print("  check: |best - generic| and |generic - dequant f64| within the float rounding bound\n");
     fmt::print("\n{}\n", all_ok ? "all checks passed" : "SOME CHECKS FAILED");
     return all_ok;
 }
@@ -605,10 +636,10 @@ void quantize_file(const convert_options& opt)
             if (!importance.empty()) {
                 qk::quantize<Block>(x, std::span<Block>(blocks), importance);
             } else {
-                qk::quantize<Block>(x, std::span<Block>(blocks));
+                quantize_best<Block>(x, std::span<Block>(blocks));
             }
         } else {
-            qk::quantize<Block>(x, std::span<Block>(blocks));
+            quantize_best<Block>(x, std::span<Block>(blocks));
         }
     } catch (const qk::error& e) {
         // The library speaks of x[i]; say which file and where in it.
@@ -734,23 +765,6 @@ double seconds_per_call(F&& f, double budget)
         best = std::min(best, time_batch(calls) / static_cast<double>(calls));
     }
     return best;
-}
-
-// Calls f(Tag{}) for every tag this CPU runs, scalar reference first.
-template <class F>
-void for_each_runnable_tag(F&& f)
-{
-    f(qk::arch::generic{});
-    [[maybe_unused]] const qk::cpu_features& cpu = qk::running_cpu();
-#if QK_HAS_X86_KERNELS
-    if (qk::runs<qk::arch::sse4_2>(cpu)) f(qk::arch::sse4_2{});
-    if (qk::runs<qk::arch::avx2>(cpu)) f(qk::arch::avx2{});
-    if (qk::runs<qk::arch::avx512bw>(cpu)) f(qk::arch::avx512bw{});
-    if (qk::runs<qk::arch::avx512vnni>(cpu)) f(qk::arch::avx512vnni{});
-#elif QK_HAS_ARM_KERNELS
-    f(qk::arch::neon64{});
-    if (qk::runs<qk::arch::neon64_dotprod>(cpu)) f(qk::arch::neon64_dotprod{});
-#endif
 }
 
 // Blocks of random codes with moderate scales: kernel speed does not depend on the values, and

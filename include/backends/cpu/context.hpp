@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "../../kernels/dispatch.hpp"
 #include "../../kernels/gemv.hpp"
 #include "../../kernels/solve_tri.hpp"
 #include "../../sampling/batch.hpp"
@@ -51,11 +52,12 @@ public:
         return matrix<Block>(w, rows, cols);
     }
 
-    // y = W·x, x quantized to the weight format's activation format (qk::gemv).
+    // y = W·x, x quantized to the weight format's activation format (qk::gemv), on the kernels the
+    // running CPU does best (qk::dispatch): a portable build loses nothing here.
     template <weight_format Block>
     void gemv(const matrix<Block>& w, std::span<const float> x, std::span<float> y)
     {
-        qk::gemv<Block>(w.blocks(), w.rows(), w.cols(), x, y, pool_);
+        dispatch([&]<class Tag>(Tag) { qk::gemv<Block, Tag>(w.blocks(), w.rows(), w.cols(), x, y, pool_); });
     }
 
     // qk::solve_tri on contiguous buffers (ggml's layout), rows spread over the pool.
