@@ -5,8 +5,9 @@
 #          finds them (so CI compiles those comparisons), and glslc, with which CI regenerates the
 #          embedded shaders to compare them with the checked-in headers
 #   --arm  adds the AArch64 cross build that runs under qemu-user (cmake/aarch64-linux-gnu.cmake):
-#          the cross g++, qemu-user, and the arm64 libfmt-dev (the tests link fmt) through Debian
-#          multiarch, which this enables for arm64 (dpkg --add-architecture) if needed
+#          the cross g++, qemu-user, and the arm64 libfmt-dev (the tests and qk link fmt) and
+#          libbenchmark-dev (CI cross-compiles the benchmarks too) through Debian multiarch, which
+#          this enables for arm64 (dpkg --add-architecture) if needed
 set -euo pipefail
 
 # libvulkan-dev and mesa-vulkan-drivers (lavapipe, Mesa's CPU Vulkan driver) let the Vulkan
@@ -16,7 +17,7 @@ packages=(cmake make g++ pkg-config libxsimd-dev libfmt-dev doctest-dev libbench
 for option in "$@"; do
     case "$option" in
         --ci) packages+=(clang libopenblas-dev libeigen3-dev glslc) ;;
-        --arm) packages+=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libxsimd-dev:arm64) ;;
+        --arm) packages+=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libxsimd-dev:arm64 libbenchmark-dev:arm64) ;;
         *) echo "usage: $0 [--ci] [--arm]" >&2; exit 2 ;;
     esac
 done
@@ -27,7 +28,9 @@ native=$(dpkg --print-architecture)
 installed() {
     local name=${1%%:*} arch=$native
     [[ $1 == *:* ]] && arch=${1#*:}
-    dpkg-query -W -f='${Status} ${Architecture}\n' "$name" 2>/dev/null | grep -qE "^install ok installed ($arch|all)\$"
+    # grep reads all of its input (no -q, which stops at the first match): under pipefail an early
+    # exit could kill the writer with SIGPIPE and turn a match into a failure.
+    dpkg-query -W -f='${Status} ${Architecture}\n' "$name" 2>/dev/null | grep -E "^install ok installed ($arch|all)\$" >/dev/null
 }
 
 missing=()
@@ -51,7 +54,7 @@ if ((EUID != 0)); then
 fi
 
 for arch in "${foreign[@]}"; do
-    if ! dpkg --print-foreign-architectures | grep -qxF "$arch"; then
+    if ! dpkg --print-foreign-architectures | grep -xF "$arch" >/dev/null; then
         echo "install-deps: enabling the $arch architecture (dpkg --add-architecture $arch)"
         "${as_root[@]}" dpkg --add-architecture "$arch"
     fi

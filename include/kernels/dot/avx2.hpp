@@ -187,8 +187,10 @@ QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t b
     namespace k = avx2_detail;
     __m256 acc0 = _mm256_setzero_ps();
     __m256 acc1 = _mm256_setzero_ps();
-    std::size_t b = 0;
-    for (; b + 4 <= blocks; b += 4) {
+    // Whole groups of four first, then the 0-3 blocks left: the tail's bounds are computed from
+    // blocks alone (not from where the first loop stopped), so the compiler sees b < blocks there.
+    const std::size_t full = blocks - blocks % 4;
+    for (std::size_t b = 0; b < full; b += 4) {
         const __m256i s0 = k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data()));
         const __m256i s1 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 1].qs.data()), k::load32<Arch>(a[b + 1].qs.data()));
         const __m256i s2 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 2].qs.data()), k::load32<Arch>(a[b + 2].qs.data()));
@@ -197,7 +199,7 @@ QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t b
         k::accumulate4<Arch>(acc0, acc1, s0, s1, s2, s3, d);
     }
     float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc0, acc1));
-    for (; b < blocks; ++b) {
+    for (std::size_t b = full; b < blocks; ++b) {
         const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data())));
         sum += k::half<Arch>(w[b].d) * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
     }
@@ -212,8 +214,8 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t 
     const float* e8m0 = e8m0_half_table.data();
     __m256 acc0 = _mm256_setzero_ps();
     __m256 acc1 = _mm256_setzero_ps();
-    std::size_t b = 0;
-    for (; b + 4 <= blocks; b += 4) {
+    const std::size_t full = blocks - blocks % 4;
+    for (std::size_t b = 0; b < full; b += 4) {
         const __m256i s0 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data()));
         const __m256i s1 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 1].qs.data(), values), k::load32<Arch>(a[b + 1].qs.data()));
         const __m256i s2 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 2].qs.data(), values), k::load32<Arch>(a[b + 2].qs.data()));
@@ -222,7 +224,7 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t 
         k::accumulate4<Arch>(acc0, acc1, s0, s1, s2, s3, _mm_mul_ps(scale_w, k::scales4<Arch>(a + b)));
     }
     float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc0, acc1));
-    for (; b < blocks; ++b) {
+    for (std::size_t b = full; b < blocks; ++b) {
         const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data())));
         sum += e8m0[w[b].e] * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
     }
@@ -236,8 +238,8 @@ QK_TARGET_AVX2 float dot(const block_iq4_nl* w, const block_q8_0* a, std::size_t
     const __m256i values = k::table<Arch>(iq4_values);
     __m256 acc0 = _mm256_setzero_ps();
     __m256 acc1 = _mm256_setzero_ps();
-    std::size_t b = 0;
-    for (; b + 4 <= blocks; b += 4) {
+    const std::size_t full = blocks - blocks % 4;
+    for (std::size_t b = 0; b < full; b += 4) {
         const __m256i s0 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data()));
         const __m256i s1 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 1].qs.data(), values), k::load32<Arch>(a[b + 1].qs.data()));
         const __m256i s2 = k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b + 2].qs.data(), values), k::load32<Arch>(a[b + 2].qs.data()));
@@ -246,7 +248,7 @@ QK_TARGET_AVX2 float dot(const block_iq4_nl* w, const block_q8_0* a, std::size_t
         k::accumulate4<Arch>(acc0, acc1, s0, s1, s2, s3, d);
     }
     float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc0, acc1));
-    for (; b < blocks; ++b) {
+    for (std::size_t b = full; b < blocks; ++b) {
         const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data())));
         sum += k::half<Arch>(w[b].d) * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
     }
