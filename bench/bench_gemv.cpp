@@ -6,7 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <kernels/dispatch.hpp>
-#include <kernels/gemv.hpp>
+#include <backends/cpu/gemv.hpp>
 #include <backends/cpu/read_bandwidth.hpp>
 
 #include <algorithm>

@@ -9,7 +9,6 @@
 #include <backends/cpu/read_bandwidth.hpp>
 #include <backends/cpu/context.hpp>
 #include <backends/vulkan/vulkan.hpp>
-#include <kernels/gemv.hpp>
 
 #include <algorithm>
 #include <bit>

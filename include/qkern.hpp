@@ -8,7 +8,9 @@
 #define QKERN_VERSION_PATCH 0
 
 #include "backends/cpu/context.hpp"
-#include "backends/cpu/read_bandwidth.hpp"
+#include "backends/cpu/gemv.hpp"
+#include "backends/cpu/sample_batch.hpp"
+#include "backends/cpu/solve_tri.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "backends/metal/metal.hpp"
 #include "backends/vulkan/vulkan.hpp"
@@ -20,7 +22,6 @@
 #include "kernels/error.hpp"
 #include "kernels/formats.hpp"
 #include "kernels/fp16.hpp"
-#include "kernels/gemv.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/solve_tri.hpp"
 #include "kernels/tensor_view.hpp"

@@ -3,7 +3,7 @@
 // count; and the CPU thread pool they run on: every task once, exceptions, misuse, reuse.
 #include <doctest/doctest.h>
 
-#include <kernels/gemv.hpp>
+#include <backends/cpu/gemv.hpp>
 
 #include <algorithm>
 #include <atomic>

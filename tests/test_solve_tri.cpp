@@ -3,7 +3,7 @@
 // broadcast views, in-place solves, non-finite values, and every error path (nothing written).
 #include <doctest/doctest.h>
 
-#include <kernels/solve_tri.hpp>
+#include <backends/cpu/solve_tri.hpp>
 
 #include <array>
 #include <cmath>

@@ -6,7 +6,7 @@
 // thread count. Built with -march=native (bench/CMakeLists.txt): xsimd's vectors need the flags.
 #include <benchmark/benchmark.h>
 
-#include <kernels/solve_tri.hpp>
+#include <backends/cpu/solve_tri.hpp>
 
 #include <algorithm>
 #include <array>

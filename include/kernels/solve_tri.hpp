@@ -1,6 +1,7 @@
 // qk::solve_tri: batched triangular solves A X = B or X A = B, A lower or upper triangular, with
 // a stored or unit diagonal, in float or double, on contiguous ggml-layout buffers or strided 4-D
-// views (A may be broadcast across batches), single-threaded or on a CPU thread pool.
+// views (A may be broadcast across batches), single-threaded here; backends/cpu/solve_tri.hpp adds
+// the overloads that spread the work over a CPU thread pool.
 //
 // Every variant is reduced to one: a forward substitution L' X' = B' with L' lower triangular,
 // where reversing the row order turns "upper" into "lower" and transposing turns a right solve
@@ -21,7 +22,6 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "../backends/cpu/thread_pool.hpp"
 #include "arch.hpp"
 #include "error.hpp"
 #include "solve_tri/tile.hpp"
@@ -403,9 +403,23 @@ private:
     bool divide_ = false;
 };
 
-template <class Arch, class T>
+// Runs tasks one after another on the calling thread: what solve_tri_views is given when no
+// thread pool is (a pool offers the same two members).
+struct serial_tasks {
+    [[nodiscard]] static constexpr std::size_t size() noexcept { return 1; }
+    template <class F>
+    static void run(std::size_t tasks, F&& f)
+    {
+        for (std::size_t task = 0; task < tasks; ++task) {
+            f(task);
+        }
+    }
+};
+
+// Tasks is serial_tasks or a thread pool: size() threads that run(tasks, f) calls f(task) on.
+template <class Arch, class T, class Tasks>
 void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_options& opt,
-                     backend::cpu::thread_pool* pool)
+                     Tasks& pool)
 {
     using simd = arch::xsimd_of<Arch>;
     using shape = kernels::solve_tri_detail::tile_shape<T, simd>;
@@ -415,7 +429,7 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
     // each A's diagonal is prepared once), else fine enough that every thread gets several items.
     const std::size_t batches = static_cast<std::size_t>(p.batch2 * p.batch3);
     const std::size_t tiles = (static_cast<std::size_t>(p.k) + shape::columns - 1) / shape::columns;
-    const std::size_t threads = pool == nullptr ? 1 : pool->size();
+    const std::size_t threads = pool.size();
     std::size_t tiles_per_item = tiles;
     if (threads > 1) {
         const std::size_t wanted_items = 4 * threads;
@@ -430,17 +444,17 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
             worker.solve(item);
         }
     };
-    if (pool == nullptr || tasks == 1) {
+    if (tasks == 1) {
         run_task(0);
     } else {
-        pool->run(tasks, run_task);
+        pool.run(tasks, run_task);
     }
 }
 
 // The contiguous entry points: their sizes are checked before views (and byte strides) are built.
-template <class Arch, class T>
+template <class Arch, class T, class Tasks>
 void solve_tri_contiguous(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, const tri_options& opt,
-                          backend::cpu::thread_pool* pool)
+                          Tasks& pool)
 {
     check_tri_sizes(n, k, batch);
     // B and X hold n rows of k for left solves, k rows of n for right ones.
@@ -460,14 +474,8 @@ template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_t<tensor_view<const T>> B, tensor_view<T> X,
                tri_options opt = {})
 {
-    detail::solve_tri_views<Arch, T>(A, B, X, opt, nullptr);
-}
-
-template <class Arch = arch::solve_tri_native, solve_tri_value T>
-void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_t<tensor_view<const T>> B, tensor_view<T> X,
-               tri_options opt, backend::cpu::thread_pool& pool)
-{
-    detail::solve_tri_views<Arch, T>(A, B, X, opt, &pool);
+    detail::serial_tasks serial;
+    detail::solve_tri_views<Arch, T>(A, B, X, opt, serial);
 }
 
 // Contiguous buffers, ggml's layout: A is [batch][n][n] row-major; B and X are [batch][n][k] for
@@ -475,14 +483,8 @@ void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
 {
-    detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, nullptr);
-}
-
-template <class Arch = arch::solve_tri_native, solve_tri_value T>
-void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt,
-               backend::cpu::thread_pool& pool)
-{
-    detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, &pool);
+    detail::serial_tasks serial;
+    detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, serial);
 }
 
 } // namespace qk

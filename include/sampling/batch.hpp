@@ -1,14 +1,13 @@
 // Batched sampling: one chain per sequence over a [n_seq x n_vocab] logits matrix (row-major),
 // with a mask of the sequences active in this step. Inactive sequences are skipped (their chain
 // is not touched and their token is -1), so a step with any mask reuses the same chains and
-// buffers: nothing is reallocated. Rows can be spread over a thread pool.
+// buffers: nothing is reallocated. backends/cpu/sample_batch.hpp spreads the rows over a thread pool.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "../backends/cpu/thread_pool.hpp"
 #include "../kernels/error.hpp"
 #include "chain.hpp"
 
@@ -46,6 +45,16 @@ inline void check_batch(std::span<const float> logits, std::size_t n_seq, std::s
     }
 }
 
+// The one step of sample_batch for sequence s.
+inline void sample_one(std::span<const float> logits, std::size_t n_vocab, std::span<chain> chains, std::span<const std::uint8_t> active,
+                       std::span<std::int32_t> tokens, std::size_t s)
+{
+    tokens[s] = -1;
+    if (active.empty() || active[s] != 0) {
+        tokens[s] = chains[s].sample(logits.subspan(s * n_vocab, n_vocab));
+    }
+}
+
 } // namespace detail
 
 // Samples and accepts a token for every active sequence (active empty: all are).
@@ -54,24 +63,8 @@ inline void sample_batch(std::span<const float> logits, std::size_t n_seq, std::
 {
     detail::check_batch(logits, n_seq, n_vocab, chains, active, tokens);
     for (std::size_t s = 0; s < n_seq; ++s) {
-        tokens[s] = -1;
-        if (active.empty() || active[s] != 0) {
-            tokens[s] = chains[s].sample(logits.subspan(s * n_vocab, n_vocab));
-        }
+        detail::sample_one(logits, n_vocab, chains, active, tokens, s);
     }
-}
-
-// The same with the sequences spread over the pool's threads (each chain is used by one thread).
-inline void sample_batch(backend::cpu::thread_pool& pool, std::span<const float> logits, std::size_t n_seq, std::size_t n_vocab,
-                         std::span<chain> chains, std::span<const std::uint8_t> active, std::span<std::int32_t> tokens)
-{
-    detail::check_batch(logits, n_seq, n_vocab, chains, active, tokens);
-    pool.run(n_seq, [&](std::size_t s) {
-        tokens[s] = -1;
-        if (active.empty() || active[s] != 0) {
-            tokens[s] = chains[s].sample(logits.subspan(s * n_vocab, n_vocab));
-        }
-    });
 }
 
 } // namespace qk::sampling

@@ -3,7 +3,7 @@
 // on sizes that leave every remainder of the tag's register tile (rows and columns).
 #include <doctest/doctest.h>
 
-#include <kernels/solve_tri.hpp>
+#include <backends/cpu/solve_tri.hpp>
 
 #include <cmath>
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <backends/vulkan/gemv.hpp>
-#include <kernels/gemv.hpp>
+#include <backends/cpu/gemv.hpp>
 #include <kernels/quantize.hpp>
 
 #include <algorithm>

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "../../kernels/dispatch.hpp"
-#include "../../kernels/gemv.hpp"
-#include "../../kernels/solve_tri.hpp"
-#include "../../sampling/batch.hpp"
+#include "gemv.hpp"
+#include "sample_batch.hpp"
+#include "solve_tri.hpp"
 #include "thread_pool.hpp"
 
 namespace qk::backend::cpu {

@@ -1,5 +1,6 @@
 // qk::gemv and qk::gemm: y = W·x and Y = W·X for a matrix W of quantized weights (any weight
-// format, row-major rows of blocks) and float activations, rows split across a CPU thread pool.
+// format, row-major rows of blocks) and float activations, rows split across a CPU thread pool:
+// the CPU backend's threaded driver over the single-threaded kernels/dot.hpp.
 // The activations are quantized once to the format's activation blocks; each output value is one
 // qk::dot kernel call, so results equal a loop of qk::dot over the rows bit for bit.
 #pragma once
@@ -11,12 +12,12 @@
 #include <string_view>
 #include <vector>
 
-#include "../backends/cpu/thread_pool.hpp"
-#include "arch.hpp"
-#include "dot.hpp"
-#include "error.hpp"
-#include "formats.hpp"
-#include "quantize.hpp"
+#include "../../kernels/arch.hpp"
+#include "../../kernels/dot.hpp"
+#include "../../kernels/error.hpp"
+#include "../../kernels/formats.hpp"
+#include "../../kernels/quantize.hpp"
+#include "thread_pool.hpp"
 
 namespace qk {
 
