@@ -1,5 +1,5 @@
 // Activation quantization (f32 -> Q8_0 and f32 -> Q8_K, run on every token before each mat-vec)
-// on the generic, sse4_2 and avx2 tags, 4096 values in cache. `quantize` is the public
+// on every tag this CPU runs, 4096 values in cache. `quantize` is the public
 // qk::quantize (input checks included); `kernel` is the tag's kernel alone. Both report float
 // bytes per second and ns_per_32: nanoseconds per 32 values.
 #include <benchmark/benchmark.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace {
@@ -76,19 +77,16 @@ void kernel(benchmark::State& state)
     report(state);
 }
 
-} // namespace
+// Every tag of qk::arch::all that this CPU runs (named quantize<FORMAT>/TAG and kernel<FORMAT>/TAG).
+[[maybe_unused]] const bool registered = [] {
+    qk::for_each_runnable(qk::running_cpu(), []<class Tag>(Tag) {
+        const std::string tag = qk::arch::name<Tag>();
+        benchmark::RegisterBenchmark(("quantize<Q8_0>/" + tag).c_str(), quantize<qk::block_q8_0, Tag>);
+        benchmark::RegisterBenchmark(("quantize<Q8_K>/" + tag).c_str(), quantize<qk::block_q8_K, Tag>);
+        benchmark::RegisterBenchmark(("kernel<Q8_0>/" + tag).c_str(), kernel<qk::block_q8_0, Tag>);
+        benchmark::RegisterBenchmark(("kernel<Q8_K>/" + tag).c_str(), kernel<qk::block_q8_K, Tag>);
+    });
+    return true;
+}();
 
-BENCHMARK_TEMPLATE(quantize, qk::block_q8_0, qk::arch::generic);
-BENCHMARK_TEMPLATE(quantize, qk::block_q8_K, qk::arch::generic);
-BENCHMARK_TEMPLATE(kernel, qk::block_q8_0, qk::arch::generic);
-BENCHMARK_TEMPLATE(kernel, qk::block_q8_K, qk::arch::generic);
-#if QK_HAS_X86_KERNELS
-BENCHMARK_TEMPLATE(quantize, qk::block_q8_0, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(quantize, qk::block_q8_K, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(kernel, qk::block_q8_0, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(kernel, qk::block_q8_K, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(quantize, qk::block_q8_0, qk::arch::avx2);
-BENCHMARK_TEMPLATE(quantize, qk::block_q8_K, qk::arch::avx2);
-BENCHMARK_TEMPLATE(kernel, qk::block_q8_0, qk::arch::avx2);
-BENCHMARK_TEMPLATE(kernel, qk::block_q8_K, qk::arch::avx2);
-#endif
+} // namespace

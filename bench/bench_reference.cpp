@@ -1,11 +1,12 @@
 // Throughput of the scalar reference kernels: quantize and dequantize (float bytes per second)
-// and the generic dot products in cache (weight bytes per second, ns per 32 values). These are
-// the baselines that the SIMD kernels are measured against.
+// and the dot products in cache on every tag this CPU runs, the generic reference first (weight
+// bytes per second, ns per 32 values): the baselines the SIMD kernels are measured against.
 #include <benchmark/benchmark.h>
 
 #include <qkern.hpp>
 
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -77,15 +78,15 @@ BENCHMARK_TEMPLATE(dequantize, qk::block_q8_K);
 BENCHMARK_TEMPLATE(dequantize, qk::block_mxfp4);
 BENCHMARK_TEMPLATE(dequantize, qk::block_iq4_nl);
 BENCHMARK_TEMPLATE(dequantize, qk::block_iq4_xs);
-BENCHMARK_TEMPLATE(dot, qk::block_q8_0, qk::arch::generic);
-BENCHMARK_TEMPLATE(dot, qk::block_mxfp4, qk::arch::generic);
-BENCHMARK_TEMPLATE(dot, qk::block_iq4_nl, qk::arch::generic);
-BENCHMARK_TEMPLATE(dot, qk::block_iq4_xs, qk::arch::generic);
-BENCHMARK_TEMPLATE(dot, qk::block_q8_0, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(dot, qk::block_mxfp4, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(dot, qk::block_iq4_nl, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(dot, qk::block_iq4_xs, qk::arch::sse4_2);
-BENCHMARK_TEMPLATE(dot, qk::block_q8_0, qk::arch::avx2);
-BENCHMARK_TEMPLATE(dot, qk::block_mxfp4, qk::arch::avx2);
-BENCHMARK_TEMPLATE(dot, qk::block_iq4_nl, qk::arch::avx2);
-BENCHMARK_TEMPLATE(dot, qk::block_iq4_xs, qk::arch::avx2);
+// The dot products on every tag of qk::arch::all that this CPU runs (named dot<FORMAT>/TAG).
+[[maybe_unused]] const bool dot_registered = [] {
+    qk::for_each_runnable(qk::running_cpu(), []<class Tag>(Tag) {
+        const std::string tag = qk::arch::name<Tag>();
+        benchmark::RegisterBenchmark(("dot<Q8_0>/" + tag).c_str(), dot<qk::block_q8_0, Tag>);
+        benchmark::RegisterBenchmark(("dot<MXFP4>/" + tag).c_str(), dot<qk::block_mxfp4, Tag>);
+        benchmark::RegisterBenchmark(("dot<IQ4_NL>/" + tag).c_str(), dot<qk::block_iq4_nl, Tag>);
+        benchmark::RegisterBenchmark(("dot<IQ4_XS>/" + tag).c_str(), dot<qk::block_iq4_xs, Tag>);
+    });
+    return true;
+}();
+

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -85,6 +87,32 @@ TEST_CASE("dot propagates non-finite scales as IEEE arithmetic does")
     CHECK(std::isnan(qk::dot<qk::block_q8_0>(w, a)));
 }
 
+// The one list of tags, spelled out here independently: each architecture's tags, lowest first.
+#if QK_HAS_X86_KERNELS
+static_assert(std::is_same_v<qk::arch::all, qk::arch::tag_list<qk::arch::generic, qk::arch::sse4_2, qk::arch::avx2, qk::arch::avx512bw,
+                                                               qk::arch::avx512vnni>>);
+#elif QK_HAS_ARM_KERNELS
+static_assert(std::is_same_v<qk::arch::all, qk::arch::tag_list<qk::arch::generic, qk::arch::neon64, qk::arch::neon64_dotprod>>);
+#endif
+
+TEST_CASE("tag names are the tags' C++ names, and runs() by name agrees with runs<Tag>()")
+{
+    const auto& cpu = qk::running_cpu();
+    std::vector<std::string> names;
+    qk::arch::all::for_each([&]<class Tag>(Tag) {
+        names.emplace_back(qk::arch::name<Tag>());
+        CHECK(qk::runs(qk::arch::name<Tag>(), cpu) == qk::runs<Tag>(cpu));
+    });
+#if QK_HAS_X86_KERNELS
+    CHECK(names == std::vector<std::string>{"generic", "sse4_2", "avx2", "avx512bw", "avx512vnni"});
+#elif QK_HAS_ARM_KERNELS
+    CHECK(names == std::vector<std::string>{"generic", "neon64", "neon64_dotprod"});
+#endif
+    CHECK_FALSE(qk::runs("sse4.2", cpu)); // one spelling only
+    CHECK_FALSE(qk::runs("", cpu));
+    CHECK(qk::runs("generic", cpu));
+}
+
 TEST_CASE("run-time dispatch picks the best tag this CPU runs and calls that tag's kernel")
 {
     const auto& cpu = qk::running_cpu();
@@ -97,24 +125,16 @@ TEST_CASE("run-time dispatch picks the best tag this CPU runs and calls that tag
     const auto a = qk::quantize<qk::block_q8_K>(std::span<const float>(normal(2048, 1.0f, 6)));
     const float dispatched = qk::dispatch([&]<class Tag>(Tag) { return qk::dot<qk::block_iq4_xs, Tag>(w, a); });
 
-    // The best of the tags this CPU runs, found without dispatch, and its kernel called by name.
+    // The best of the tags this CPU runs, found without dispatch (the last runnable one of the
+    // list, lowest first), and its kernel called by name.
     std::string best = "generic";
     float direct = qk::dot<qk::block_iq4_xs, qk::arch::generic>(w, a);
-    const auto consider = [&]<class Tag>(Tag) {
-        if (qk::runs<Tag>(cpu)) {
-            best = qk::arch::name<Tag>();
-            direct = qk::dot<qk::block_iq4_xs, Tag>(w, a);
-        }
-    };
+    qk::for_each_runnable(cpu, [&]<class Tag>(Tag) {
+        best = qk::arch::name<Tag>();
+        direct = qk::dot<qk::block_iq4_xs, Tag>(w, a);
+    });
 #if QK_HAS_X86_KERNELS
-    consider(qk::arch::sse4_2{});
-    consider(qk::arch::avx2{});
-    consider(qk::arch::avx512bw{});
-    consider(qk::arch::avx512vnni{});
     CHECK(best != "generic"); // every x86-64 machine this suite runs on has SSE4.2
-#elif QK_HAS_ARM_KERNELS
-    consider(qk::arch::neon64{});
-    consider(qk::arch::neon64_dotprod{});
 #endif
     CHECK(chosen == best);
     CHECK(bits(dispatched) == bits(direct));

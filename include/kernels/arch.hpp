@@ -3,11 +3,19 @@
 // where xsimd has none (AVX-512 VNNI, Arm's dot-product extension). A kernel overload for a
 // parent tag also serves its children until a faster overload exists; generic is the last
 // fallback. qk::arch::native is the best tag the compiler flags enable.
+//
+// qk::arch::all is the one list of the tags qkern has kernels for on the target architecture:
+// dispatch, the feature checks, the tests, the tool and the benchmarks all walk it, so a new tag
+// is its own kernel files plus one entry there (and in cpu_features.hpp's runs()).
 #pragma once
 
+#include <cstddef>
+#include <string_view>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
+
+#include "target.hpp"
 
 namespace qk::arch {
 
@@ -33,7 +41,7 @@ using neon64 = xsimd::neon64;
 // AArch64 with the Armv8.2 dot-product instructions (sdot/udot).
 struct neon64_dotprod : xsimd::neon64 {
     static constexpr unsigned version() noexcept { return xsimd::generic::version(8, 2, 0); }
-    static constexpr char const* name() noexcept { return "neon64+dotprod"; }
+    static constexpr char const* name() noexcept { return "neon64_dotprod"; }
 };
 
 // Kernels take their tag as `requires_arch<Tag>` (a const reference), so overload resolution picks
@@ -41,16 +49,51 @@ struct neon64_dotprod : xsimd::neon64 {
 template <class Tag>
 using requires_arch = xsimd::kernel::requires_arch<Tag>;
 
-// A tag's name for messages and reports (xsimd's generic has none).
+// A tag's name for messages, reports, test names and command lines: the C++ name of qkern's tags
+// (xsimd spells sse4_2 "sse4.2" and neon64 "arm64+neon", and has none for generic); for xsimd's
+// other tags (sse2, the baseline vectors of a build without -march), xsimd's name.
 template <class Tag>
 [[nodiscard]] constexpr const char* name() noexcept
 {
     if constexpr (std::is_same_v<Tag, generic>) {
         return "generic";
+    } else if constexpr (std::is_same_v<Tag, sse4_2>) {
+        return "sse4_2";
+    } else if constexpr (std::is_same_v<Tag, neon64>) {
+        return "neon64";
     } else {
         return Tag::name();
     }
 }
+
+// A list of tags, lowest first; for_each(f) calls f(Tag{}) for each in that order.
+template <class... Tags>
+struct tag_list {
+    static constexpr std::size_t size = sizeof...(Tags);
+
+    template <class F>
+    static constexpr void for_each(F&& f)
+    {
+        (f(Tags{}), ...);
+    }
+
+    // Whether name is one of the list's names, and f(Tag{}) for the tag of that name.
+    template <class F>
+    static constexpr bool visit(std::string_view tag_name, F&& f)
+    {
+        return ((tag_name == name<Tags>() ? (f(Tags{}), true) : false) || ...);
+    }
+};
+
+// Every tag qkern has kernels for on this architecture, the scalar reference first, each tag
+// after the ones it extends.
+#if QK_HAS_X86_KERNELS
+using all = tag_list<generic, sse4_2, avx2, avx512bw, avx512vnni>;
+#elif QK_HAS_ARM_KERNELS
+using all = tag_list<generic, neon64, neon64_dotprod>;
+#else
+using all = tag_list<generic>;
+#endif
 
 // The best tag the compiler flags enable. Each tag needs all the features its kernels use.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \

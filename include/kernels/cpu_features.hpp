@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "arch.hpp"
 
@@ -94,6 +95,25 @@ template <class Tag>
         static_assert(std::is_same_v<Tag, arch::generic>, "runs<Tag>: not one of qkern's tags");
         return true;
     }
+}
+
+// Calls f(Tag{}) for each tag of qk::arch::all that the CPU runs, lowest first.
+template <class F>
+constexpr void for_each_runnable(const cpu_features& cpu, F&& f)
+{
+    arch::all::for_each([&]<class Tag>(Tag tag) {
+        if (runs<Tag>(cpu)) {
+            f(tag);
+        }
+    });
+}
+
+// Whether the CPU runs the tag of that name (qk::arch::name); false for a name not in qk::arch::all.
+[[nodiscard]] constexpr bool runs(std::string_view tag_name, const cpu_features& cpu)
+{
+    bool result = false;
+    arch::all::visit(tag_name, [&]<class Tag>(Tag) { result = runs<Tag>(cpu); });
+    return result;
 }
 
 } // namespace qk

@@ -3,6 +3,11 @@
 // (qk::arch::native) stays the default; this is the opt-in for binaries built without -march.
 #pragma once
 
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
 #include "arch.hpp"
 #include "cpu_features.hpp"
 #include "target.hpp"
@@ -16,31 +21,42 @@ namespace qk {
     return features;
 }
 
-// Calls f(Tag{}) with the best supported tag; f must accept every tag (a generic lambda).
+namespace detail {
+
+// f(Tag{}) for the first tag of the list, highest first, that the CPU runs; the last one (generic)
+// runs everywhere.
+template <class F, class Tag, class... Lower>
+decltype(auto) dispatch_highest_first(F&& f, const cpu_features& cpu, Tag tag, Lower... lower)
+{
+    if constexpr (sizeof...(Lower) == 0) {
+        static_assert(std::is_same_v<Tag, arch::generic>, "the lowest tag of qk::arch::all must be generic");
+        return f(tag);
+    } else {
+        if (runs<Tag>(cpu)) {
+            return f(tag);
+        }
+        return dispatch_highest_first(std::forward<F>(f), cpu, lower...);
+    }
+}
+
+template <class F, class... Tags>
+decltype(auto) dispatch_list(F&& f, const cpu_features& cpu, arch::tag_list<Tags...>)
+{
+    // The list is lowest first: walk it from its end.
+    return [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
+        using tags = std::tuple<Tags...>;
+        return dispatch_highest_first(std::forward<F>(f), cpu, std::tuple_element_t<sizeof...(Tags) - 1 - I, tags>{}...);
+    }(std::index_sequence_for<Tags...>{});
+}
+
+} // namespace detail
+
+// Calls f(Tag{}) with the best tag of qk::arch::all that the CPU runs; f must accept every tag
+// (a generic lambda) and return the same type for each.
 template <class F>
 decltype(auto) dispatch(F&& f)
 {
-    [[maybe_unused]] const cpu_features& cpu = running_cpu();
-#if QK_HAS_X86_KERNELS
-    if (runs<arch::avx512vnni>(cpu)) {
-        return f(arch::avx512vnni{});
-    }
-    if (runs<arch::avx512bw>(cpu)) {
-        return f(arch::avx512bw{});
-    }
-    if (runs<arch::avx2>(cpu)) {
-        return f(arch::avx2{});
-    }
-    if (runs<arch::sse4_2>(cpu)) {
-        return f(arch::sse4_2{});
-    }
-#elif QK_HAS_ARM_KERNELS
-    if (runs<arch::neon64_dotprod>(cpu)) {
-        return f(arch::neon64_dotprod{});
-    }
-    return f(arch::neon64{});
-#endif
-    return f(arch::generic{});
+    return detail::dispatch_list(std::forward<F>(f), running_cpu(), arch::all{});
 }
 
 } // namespace qk

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "error.hpp"
@@ -20,6 +22,27 @@ namespace qk {
 enum class format { q8_0, q8_K, mxfp4, iq4_nl, iq4_xs };
 
 inline constexpr std::array<format, 5> all_formats = {format::q8_0, format::q8_K, format::mxfp4, format::iq4_nl, format::iq4_xs};
+
+// The block types as compile-time lists, for code that covers every format (tests, benchmarks, the
+// backends' format-to-kernel maps): for_each(f) calls f(std::type_identity<Block>{}) in order, and
+// tuple is std::tuple<Blocks...> (doctest's TEST_CASE_TEMPLATE_APPLY takes it).
+template <class... Blocks>
+struct format_list {
+    static constexpr std::size_t size = sizeof...(Blocks);
+    using tuple = std::tuple<Blocks...>;
+
+    template <class F>
+    static constexpr void for_each(F&& f)
+    {
+        (f(std::type_identity<Blocks>{}), ...);
+    }
+};
+
+// Every block format, in the order of `format`.
+using block_formats = format_list<block_q8_0, block_q8_K, block_mxfp4, block_iq4_nl, block_iq4_xs>;
+// The weight formats: those with a dot product against an activation format.
+using weight_formats = format_list<block_q8_0, block_mxfp4, block_iq4_nl, block_iq4_xs>;
+static_assert(block_formats::size == all_formats.size(), "a new format goes into both lists");
 
 // Calls f(std::type_identity<Block>{}) with the block type of `which`.
 template <class F>

@@ -4,28 +4,11 @@
 // built without them. Usage: qkern_arch_runner TAG EXECUTABLE [ARGUMENTS...]
 #include <kernels/cpu_features.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <string_view>
 
 #include <unistd.h>
-
-namespace {
-
-bool cpu_runs(std::string_view tag, const qk::cpu_features& cpu)
-{
-    if (tag == "generic") return qk::runs<qk::arch::generic>(cpu);
-    if (tag == "sse4_2") return qk::runs<qk::arch::sse4_2>(cpu);
-    if (tag == "avx2") return qk::runs<qk::arch::avx2>(cpu);
-    if (tag == "avx512bw") return qk::runs<qk::arch::avx512bw>(cpu);
-    if (tag == "avx512vnni") return qk::runs<qk::arch::avx512vnni>(cpu);
-    if (tag == "neon64") return qk::runs<qk::arch::neon64>(cpu);
-    if (tag == "neon64_dotprod") return qk::runs<qk::arch::neon64_dotprod>(cpu);
-    std::fprintf(stderr, "qkern_arch_runner: unknown tag '%.*s'\n", static_cast<int>(tag.size()), tag.data());
-    return false;
-}
-
-} // namespace
 
 int main(int argc, char** argv)
 {
@@ -33,7 +16,11 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "usage: %s TAG EXECUTABLE [ARGUMENTS...]\n", argv[0]);
         return 2;
     }
-    if (!cpu_runs(argv[1], qk::detect_cpu_features())) {
+    if (!qk::arch::all::visit(argv[1], [](auto) {})) {
+        std::fprintf(stderr, "qkern_arch_runner: unknown tag '%s'\n", argv[1]);
+        return 2;
+    }
+    if (!qk::runs(argv[1], qk::detect_cpu_features())) {
         std::printf("skipped: this CPU cannot run the %s kernels\n", argv[1]);
         return 77;
     }

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "../context.hpp"
 #include "../../kernels/dispatch.hpp"
 #include "gemv.hpp"
 #include "sample_batch.hpp"
@@ -76,5 +77,7 @@ public:
 private:
     thread_pool pool_;
 };
+
+static_assert(backend::context<context>, "every backend's context offers the operations of qk::backend::context");
 
 } // namespace qk::backend::cpu

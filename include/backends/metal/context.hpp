@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../context.hpp"
 #include "../../kernels/e8m0.hpp"
 #include "../../kernels/error.hpp"
 #include "../../kernels/format_traits.hpp"
@@ -299,5 +300,7 @@ private:
     buffer x_, y_, a_, b_, x_solve_;
     buffer logits_, work_, rows_, ops_, biases_, results_, sums_, exps_, lists_;
 };
+
+static_assert(backend::context<context>, "every backend's context offers the operations of qk::backend::context");
 
 } // namespace qk::backend::metal

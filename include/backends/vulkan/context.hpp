@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "../context.hpp"
 #include "../../kernels/solve_tri.hpp"
 #include "../../sampling/chain.hpp"
 #include "device.hpp"
@@ -72,5 +73,7 @@ private:
     solve_tri_workspace solve_;
     sampling_workspace sampling_;
 };
+
+static_assert(backend::context<context>, "every backend's context offers the operations of qk::backend::context");
 
 } // namespace qk::backend::vulkan
