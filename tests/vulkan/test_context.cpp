@@ -1,85 +1,34 @@
-// The two backends' contexts through one template: the same engine code compiles against
-// qk::backend::cpu::context and qk::backend::vulkan::context, and their results agree (the same
-// tokens, solves within their residual bound, mat-vec within the activation-quantization effect).
+// The two backends' contexts through one template (engine_step, context_tests.hpp): the same engine
+// code compiles against qk::backend::cpu::context and qk::backend::vulkan::context, and their
+// results agree (the same tokens, solves within their residual bound, mat-vec within the
+// activation-quantization effect). test_context.cpp checks the CPU context alone against references.
 #include <doctest/doctest.h>
 
 #include <backends/cpu/context.hpp>
 #include <backends/vulkan/context.hpp>
 
+#include <algorithm>
 #include <cmath>
-#include <random>
 #include <vector>
 
-namespace {
+#include "../context_tests.hpp"
 
-struct step_result {
-    std::vector<float> y;
-    std::vector<float> x;
-    std::vector<std::int32_t> tokens;
-};
-
-// An engine step written once for any backend.
-template <class Context>
-step_result engine_step(Context& ctx, const std::vector<qk::block_q8_0>& w, std::size_t rows, std::size_t cols,
-                        const std::vector<float>& x, const std::vector<float>& a, const std::vector<float>& b, std::int64_t n,
-                        std::int64_t k, const std::vector<float>& logits, std::size_t n_seq, std::size_t n_vocab)
-{
-    step_result r;
-    const auto m = ctx.template upload<qk::block_q8_0>(w, rows, cols);
-    r.y.resize(rows);
-    ctx.gemv(m, x, r.y);
-    r.x.resize(b.size());
-    ctx.solve_tri(a.data(), b.data(), r.x.data(), n, k, 1, {.left = true, .lower = true, .unit = false});
-    std::vector<qk::sampling::chain> chains;
-    for (std::size_t s = 0; s < n_seq; ++s) {
-        chains.push_back(qk::sampling::chain::parse("top_k(20);temp(0.9);dist(seed=" + std::to_string(s) + ")"));
-    }
-    const std::vector<std::uint8_t> active{1, 0, 1};
-    for (int t = 0; t < 4; ++t) {
-        std::vector<std::int32_t> tokens(n_seq);
-        ctx.sample(logits, n_seq, n_vocab, chains, active, tokens);
-        r.tokens.insert(r.tokens.end(), tokens.begin(), tokens.end());
-    }
-    return r;
-}
-
-} // namespace
+using namespace qk_test;
 
 TEST_CASE("vulkan context: one engine template on both backends")
 {
-    std::mt19937_64 rng(3);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    constexpr std::size_t rows = 33, cols = 256;
-    std::vector<float> wf(rows * cols), x(cols);
-    for (auto& v : wf) {
-        v = normal(rng);
-    }
-    for (auto& v : x) {
-        v = normal(rng);
-    }
-    const auto w = qk::quantize<qk::block_q8_0>(wf);
-    constexpr std::int64_t n = 24, k = 3;
-    std::vector<float> a(n * n, 0.0f), b(n * k);
-    for (std::int64_t i = 0; i < n; ++i) {
-        for (std::int64_t j = 0; j <= i; ++j) {
-            a[i * n + j] = i == j ? 2.0f + std::abs(normal(rng)) : normal(rng) / static_cast<float>(n);
-        }
-    }
-    for (auto& v : b) {
-        v = normal(rng);
-    }
-    constexpr std::size_t n_seq = 3, n_vocab = 3000;
-    std::vector<float> logits(n_seq * n_vocab);
-    for (auto& v : logits) {
-        v = 2.0f * normal(rng);
-    }
+    const engine_inputs in = make_engine_inputs();
+    constexpr std::size_t rows = engine_inputs::rows, cols = engine_inputs::cols;
+    constexpr std::int64_t n = engine_inputs::n;
+    const auto& w = in.w;
+    const auto& x = in.x;
 
     qk::backend::cpu::context cpu(2);
     qk::backend::vulkan::context gpu;
     CHECK(cpu.name() == "cpu");
     CHECK(gpu.name().rfind("vulkan: ", 0) == 0);
-    const auto c = engine_step(cpu, w, rows, cols, x, a, b, n, k, logits, n_seq, n_vocab);
-    const auto g = engine_step(gpu, w, rows, cols, x, a, b, n, k, logits, n_seq, n_vocab);
+    const auto c = engine_step(cpu, in);
+    const auto g = engine_step(gpu, in);
 
     CHECK(c.tokens == g.tokens);
     CHECK(std::count(g.tokens.begin(), g.tokens.end(), -1) == 4); // row 1 is inactive in each of the 4 steps
