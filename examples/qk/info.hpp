@@ -1,0 +1,204 @@
+// qk info: the compiler, the architecture tags, the CPU's features, which tag each kind of kernel
+// runs on, and the Vulkan devices. print_info() also heads `qk tour` and `qk bench`, so tour.hpp
+// and bench.hpp include this header.
+#pragma once
+
+#include "common.hpp"
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace qk_tool {
+
+struct info_options {}; // none; the struct lets main() wire info like every other subcommand
+
+// ---------------------------------------------------------------------------------------------
+// Build and CPU facts that only qk info prints (common.hpp holds those others print too)
+
+inline std::string compiler_description()
+{
+    // Clang defines __GNUC__ too (as 4.2), so it must be tested first.
+#if defined(__clang__) && defined(__apple_build_version__)
+    return fmt::format("Apple Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__clang__)
+    return fmt::format("Clang {}.{}.{}", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+    return fmt::format("GCC {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#elif defined(_MSC_VER)
+    return fmt::format("MSVC {}", _MSC_FULL_VER);
+#else
+    return "an unknown compiler";
+#endif
+}
+
+inline std::string cplusplus_description()
+{
+    // MSVC reports 199711L in __cplusplus unless /Zc:__cplusplus is given; _MSVC_LANG is truthful.
+#if defined(_MSVC_LANG)
+    constexpr long standard = _MSVC_LANG;
+#else
+    constexpr long standard = __cplusplus;
+#endif
+    const char* name = standard > 202002L ? "C++23 (or a draft of it)" : standard >= 202002L ? "C++20" : "pre-C++20";
+    return fmt::format("{} (__cplusplus = {}L)", name, standard);
+}
+
+struct feature {
+    bool present;
+    const char* name;
+};
+
+inline std::string join_present(std::span<const feature> features, std::string_view if_none)
+{
+    std::string out;
+    for (const feature& f : features) {
+        if (f.present) {
+            out += out.empty() ? "" : " ";
+            out += f.name;
+        }
+    }
+    return out.empty() ? std::string(if_none) : out;
+}
+
+// What the compiler was allowed to emit: the instruction sets the kernels can be built for.
+inline std::string compiler_enabled_features()
+{
+    static constexpr feature features[] = {
+#if defined(__SSE2__)
+        {true, "sse2"},
+#endif
+#if defined(__SSE4_2__)
+        {true, "sse4.2"},
+#endif
+#if defined(__AVX__)
+        {true, "avx"},
+#endif
+#if defined(__AVX2__)
+        {true, "avx2"},
+#endif
+#if defined(__FMA__)
+        {true, "fma"},
+#endif
+#if defined(__F16C__)
+        {true, "f16c"},
+#endif
+#if defined(__AVX512F__)
+        {true, "avx512f"},
+#endif
+#if defined(__AVX512BW__)
+        {true, "avx512bw"},
+#endif
+#if defined(__AVX512VNNI__)
+        {true, "avx512vnni"},
+#endif
+#if defined(__ARM_NEON)
+        {true, "neon"},
+#endif
+#if defined(__ARM_FEATURE_DOTPROD)
+        {true, "dotprod"},
+#endif
+        {false, ""}, // keeps the array non-empty on targets with none of the above
+    };
+    return join_present(features, "none of sse2..avx512vnni, neon, dotprod");
+}
+
+// What the running CPU offers of the features qkern has tags for (qk::running_cpu(), which also
+// checks that the OS saves the wider registers); it may exceed what the flags enable.
+inline std::string cpu_features()
+{
+    const qk::cpu_features& cpu = qk::running_cpu();
+    const feature features[] = {
+        {cpu.sse4_2, "sse4.2"},         {cpu.popcnt, "popcnt"},         {cpu.avx2, "avx2"},         {cpu.fma, "fma"},
+        {cpu.f16c, "f16c"},             {cpu.avx512f, "avx512f"},       {cpu.avx512bw, "avx512bw"}, {cpu.avx512dq, "avx512dq"},
+        {cpu.avx512vl, "avx512vl"},     {cpu.avx512vnni, "avx512vnni"}, {cpu.neon64, "neon"},       {cpu.dotprod, "dotprod"},
+    };
+    return join_present(features, "none of the features qkern has kernels for");
+}
+
+// The tags of qkern's kernels that this CPU runs, lowest first.
+inline std::string runnable_tags()
+{
+    std::string out;
+    for_each_runnable_tag([&]<class Tag>(Tag) { out += fmt::format("{}{}", out.empty() ? "" : " ", qk::arch::name<Tag>()); });
+    return out;
+}
+
+inline std::string hardware_threads()
+{
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? std::string("unknown") : fmt::format("{}", n);
+}
+
+// The Vulkan devices with the facts kernels size themselves by, or why there are none.
+inline void print_vulkan_devices()
+{
+#if defined(QKERN_ENABLE_VULKAN)
+    const auto devices = qk::backend::vulkan::list_devices();
+    if (devices.empty()) {
+        fmt::print("  vulkan         no device (no Vulkan driver, or it reports none)\n");
+        return;
+    }
+    for (const auto& d : devices) {
+        fmt::print("  vulkan {}       {} ({}, {}), class {}\n", d.index, d.name, qk::backend::vulkan::type_name(d.type), d.driver_name,
+                   qk::backend::vulkan::name(d.arch));
+        fmt::print("                 vendor 0x{:04x} device 0x{:04x}, Vulkan {}.{}.{}, driver {}\n", d.vendor_id, d.device_id,
+                   VK_API_VERSION_MAJOR(d.api_version), VK_API_VERSION_MINOR(d.api_version), VK_API_VERSION_PATCH(d.api_version),
+                   d.driver_info.empty() ? std::to_string(d.driver_version) : d.driver_info);
+        std::string heaps;
+        for (const auto& h : d.heaps) {
+            heaps += fmt::format("{}{:.1f} GiB{}", heaps.empty() ? "" : ", ", static_cast<double>(h.bytes) / (1u << 30),
+                                 h.device_local ? " device-local" : "");
+        }
+        fmt::print("                 memory heaps: {}\n", heaps);
+        fmt::print("                 subgroup {} (range {}-{}), shared memory {} bytes, push constants {} bytes\n", d.subgroup_size,
+                   d.min_subgroup_size, d.max_subgroup_size, d.shared_memory_bytes, d.push_constant_bytes);
+        fmt::print("                 int8 storage {}, int8 math {}, fp16 storage {}, fp16 math {}, fp64 math {}\n",
+                   d.int8_storage ? "yes" : "no", d.int8_arithmetic ? "yes" : "no", d.fp16_storage ? "yes" : "no",
+                   d.fp16_arithmetic ? "yes" : "no", d.fp64_arithmetic ? "yes" : "no");
+    }
+#else
+    fmt::print("  vulkan         not built in (configure with -DQKERN_VULKAN=ON and libvulkan-dev)\n");
+#endif
+}
+
+inline void print_info()
+{
+    fmt::print("{} (qkern header-only kernels)\n", version_string());
+    fmt::print("  compiler       {}, {}\n", compiler_description(), cplusplus_description());
+    fmt::print("  native tag     {} (qk::arch::native: the best tag the compiler flags enable)\n",
+               qk::arch::name<qk::arch::native>());
+    fmt::print("  flags enable   {}\n", compiler_enabled_features());
+    fmt::print("  CPU offers     {}\n", cpu_features());
+    fmt::print("  CPU runs tags  {}\n", runnable_tags());
+    // dot, quantize and gemv carry per-function targets, so this tool picks them at run time;
+    // solve_tri and the sampling passes are plain xsimd vectors, which exist only as the flags allow.
+    const std::string_view best = dispatched_tag();
+    fmt::print("  kernels        dot, quantize, gemv: {} (chosen at run time for this CPU)\n", best);
+    fmt::print("                 solve_tri: {}, sampling passes: {} (fixed at compile time by the flags)\n",
+               qk::arch::name<qk::arch::solve_tri_native>(), qk::arch::name<qk::arch::vector_native>());
+    if (best != qk::arch::name<qk::arch::vector_native>() && best != "generic") {
+        fmt::print("  hint           this CPU runs {}, but solve_tri and sampling were compiled for {}: build qk for this machine\n"
+                   "                 (./scripts/try.sh does; CMake: leave QKERN_PORTABLE off, or -DQKERN_NATIVE=ON)\n",
+                   best, qk::arch::name<qk::arch::vector_native>());
+    }
+    fmt::print("  threads        {} hardware threads\n", hardware_threads());
+    print_vulkan_devices();
+}
+
+inline CLI::App* add_info(CLI::App& app, info_options&)
+{
+    return app.add_subcommand("info", "show the compiler, the architecture tags and the CPU's features");
+}
+
+inline int run_info(const info_options&)
+{
+    print_info();
+    return 0;
+}
+
+} // namespace qk_tool

@@ -1,0 +1,158 @@
+// qk spec: a text file, a file of token ids or the built-in sample (spec_sample.hpp) replayed
+// through every n-gram drafter (qk::spec), with what drafting would save on it.
+#pragma once
+
+#include "common.hpp"
+#include "files.hpp"
+#include "spec_sample.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+namespace qk_tool {
+
+// ---------------------------------------------------------------------------------------------
+// qk spec: a token sequence replayed through every n-gram drafter (qk::spec::replay), as if it
+// were being generated with greedy verification against its own next tokens, to show what
+// drafting would save on it.
+
+struct spec_options {
+    std::string file;
+    bool ids = false;
+    std::int32_t n = 4;
+    std::int32_t m = 16;
+};
+
+inline std::vector<std::int32_t> bytes_as_tokens(std::span<const std::byte> bytes)
+{
+    std::vector<std::int32_t> tokens;
+    tokens.reserve(bytes.size());
+    for (const std::byte b : bytes) {
+        tokens.push_back(std::to_integer<std::int32_t>(b));
+    }
+    return tokens;
+}
+
+// Whitespace-separated non-negative integers; a bad one is named with its place in the file,
+// since a file of ids is usually written by another program and the place is what finds the bug.
+inline std::vector<std::int32_t> parse_ids(std::span<const std::byte> bytes, const std::string& path)
+{
+    const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+    std::vector<std::int32_t> tokens;
+    std::size_t line = 1;
+    std::size_t line_start = 0;
+    for (std::size_t i = 0; i < text.size();) {
+        if (space(text[i])) {
+            if (text[i] == '\n') {
+                ++line;
+                line_start = i + 1;
+            }
+            ++i;
+            continue;
+        }
+        std::size_t end = i;
+        while (end < text.size() && !space(text[end])) {
+            ++end;
+        }
+        const std::string_view word = text.substr(i, end - i);
+        std::int32_t value = 0;
+        const auto [stop, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+        const char* problem = ec == std::errc::result_out_of_range                    ? "is out of range (token ids are 32-bit)"
+                              : ec != std::errc() || stop != word.data() + word.size() ? "is not an integer"
+                              : value < 0                                              ? "is negative (token ids are not)"
+                                                                                       : nullptr;
+        if (problem != nullptr) {
+            // Long words are cut so that a binary file given by mistake does not flood the terminal.
+            const std::string_view shown = word.substr(0, 40);
+            fail(fmt::format("'{}': token {} ('{}{}', line {}, column {}) {}", path, tokens.size() + 1, shown,
+                             shown.size() < word.size() ? "..." : "", line, i - line_start + 1, problem));
+        }
+        tokens.push_back(value);
+        i = end;
+    }
+    return tokens;
+}
+
+inline CLI::App* add_spec(CLI::App& app, spec_options& opt)
+{
+    CLI::App* cmd = app.add_subcommand("spec", "replay a token sequence through every n-gram drafter (qk::spec) and print acceptance, "
+                                               "tokens per evaluation, evaluations saved and drafting time");
+    CLI::Option* spec_file =
+        cmd->add_option("file", opt.file, "text file, its bytes the tokens (default: a built-in sample of documentation)");
+    cmd->add_flag("--ids", opt.ids, "the file holds whitespace-separated token ids instead of text")->needs(spec_file);
+    cmd->add_option("--n", opt.n, "size_ngram: tokens of the matched n-gram")->check(CLI::Range(1, 4096))->capture_default_str();
+    cmd->add_option("--m", opt.m, "size_mgram: the most tokens a draft proposes")->check(CLI::Range(1, 4096))->capture_default_str();
+    return cmd;
+}
+
+inline int run_spec(const spec_options& opt)
+{
+    std::vector<std::int32_t> tokens;
+    std::string source;
+    if (opt.file.empty()) {
+        std::string text;
+        for (const std::string_view paragraph : spec_sample) {
+            text += paragraph;
+        }
+        tokens = bytes_as_tokens(std::as_bytes(std::span(text.data(), text.size())));
+        source = "the built-in sample (bytes as tokens)";
+    } else {
+        const std::vector<std::byte> bytes = read_file(opt.file);
+        tokens = opt.ids ? parse_ids(bytes, opt.file) : bytes_as_tokens(bytes);
+        source = fmt::format("'{}' ({})", opt.file, opt.ids ? "token ids" : "bytes as tokens");
+    }
+    if (tokens.size() < 2) {
+        fail(fmt::format("{} holds {} token{}: a replay needs at least 2 (a prompt and one to generate)", source, tokens.size(),
+                         tokens.size() == 1 ? "" : "s"));
+    }
+
+    const qk::spec::replay_options replay_opt{
+        .prompt = std::min<std::size_t>(32, tokens.size() - 1),
+        .n_batch = 512,
+        .max_draft = static_cast<std::size_t>(opt.m), // the drafters' own limit, so --m governs alone
+    };
+    const qk::spec::ngram_config config{.size_ngram = opt.n, .size_mgram = opt.m, .check_rate = 1};
+    const qk::spec::ngram_map::config map_config{.size_ngram = opt.n, .size_mgram = opt.m, .check_rate = 1, .min_hits = 1, .values = true};
+    auto key_only = map_config;
+    key_only.values = false;
+
+    fmt::print("{}: {} tokens, prompt {}, n_batch {}, n = {}, m = {}\n\n", source, tokens.size(), replay_opt.prompt,
+               replay_opt.n_batch, opt.n, opt.m);
+    fmt::print("{:<20} {:>9} {:>9} {:>11} {:>12} {:>11} {:>11} {:>9}\n", "drafter", "accepted", "mean len", "tokens/eval",
+               "evals saved", "baseline", "drafts", "ns/call");
+    std::vector<qk::spec::replay_result> results;
+    const auto row = [&](std::string_view name, auto drafter) {
+        const qk::spec::replay_result r = qk::spec::replay(tokens, drafter, replay_opt);
+        fmt::print("{:<20} {:>8.1f}% {:>9.2f} {:>11.3f} {:>12} {:>11} {:>11} {:>9.1f}\n", name, 100.0 * r.acceptance_rate(),
+                   r.mean_accepted(), r.tokens_per_evaluation(), r.evaluations_saved(), r.baseline, r.drafts, r.draft_ns_per_call());
+        results.push_back(r);
+    };
+    row("ngram_simple", qk::spec::ngram_simple(config));
+    row("ngram_index", qk::spec::ngram_index(config));
+    row("ngram_map (values)", qk::spec::ngram_map(map_config));
+    row("ngram_map (key-only)", qk::spec::ngram_map(key_only));
+    fmt::print("\n  accepted: drafted tokens the target accepted; mean len: accepted tokens per draft;\n"
+               "  tokens/eval: generated tokens per generation evaluation; evals saved: against `baseline`,\n"
+               "  one evaluation per token (negative: a loss); drafts: steps that drafted;\n"
+               "  ns/call: time in draft() per step, one clock read included\n");
+    // ngram_index promises exactly ngram_simple's drafts, so any difference here is a library bug.
+    if (results[0].drafted != results[1].drafted || results[0].accepted != results[1].accepted || results[0].steps != results[1].steps) {
+        fmt::print(stderr, "qk spec: warning: ngram_index drafted differently from ngram_simple ({} vs {} tokens drafted)\n",
+                   results[1].drafted, results[0].drafted);
+    }
+    return 0;
+}
+
+} // namespace qk_tool
