@@ -39,8 +39,7 @@ exact_dot exact(const std::vector<Block>& w, const std::vector<typename qk::form
 
 } // namespace
 
-TEST_CASE_TEMPLATE("dot equals the exact dot of the decoded rows up to float rounding", Block, qk::block_q8_0, qk::block_mxfp4,
-                   qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("dot equals the exact dot of the decoded rows up to float rounding", Block, dot_equals_exact_dot_decoded)
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
     for (std::size_t n : {256u, 512u, 4096u, 14336u}) {
@@ -60,9 +59,9 @@ TEST_CASE_TEMPLATE("dot equals the exact dot of the decoded rows up to float rou
         CHECK(reference.magnitude > 0);
     }
 }
+TEST_CASE_TEMPLATE_APPLY(dot_equals_exact_dot_decoded, qk::weight_formats::tuple);
 
-TEST_CASE_TEMPLATE("dot checks that both rows have the same length", Block, qk::block_q8_0, qk::block_mxfp4, qk::block_iq4_nl,
-                   qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("dot checks that both rows have the same length", Block, dot_checks_that_both_rows)
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
     const std::vector<Block> w(3);
@@ -71,6 +70,7 @@ TEST_CASE_TEMPLATE("dot checks that both rows have the same length", Block, qk::
     CHECK_THROWS_WITH_AS((void)qk::dot<Block>(w, a), doctest::Contains("a has 2"), qk::error);
     CHECK(qk::dot<Block>(std::span<const Block>(), std::span<const activation>()) == 0.0f);
 }
+TEST_CASE_TEMPLATE_APPLY(dot_checks_that_both_rows, qk::weight_formats::tuple);
 
 TEST_CASE("dot propagates non-finite scales as IEEE arithmetic does")
 {

@@ -175,20 +175,20 @@ void check_gemm_equals_gemv_per_column()
 
 } // namespace
 
-TEST_CASE_TEMPLATE("gemv equals qk::dot row by row, bit for bit, on every shape and thread count", Block, qk::block_q8_0,
-                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("gemv equals qk::dot row by row, bit for bit, on every shape and thread count", Block, gemv_equals_dot_row_by)
 {
     check_gemv_equals_dot_per_row<Block, qk::arch::native>();
     // The tag a portable binary picks at run time, which is a SIMD tag even without -march.
     qk::dispatch([]<class Tag>(Tag) { check_gemv_equals_dot_per_row<Block, Tag>(); });
 }
+TEST_CASE_TEMPLATE_APPLY(gemv_equals_dot_row_by, qk::weight_formats::tuple);
 
-TEST_CASE_TEMPLATE("gemv with several columns (gemm) equals gemv column by column, bit for bit", Block, qk::block_q8_0,
-                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("gemv with several columns (gemm) equals gemv column by column, bit for bit", Block, gemv_several_columns_gemm_equals)
 {
     check_gemm_equals_gemv_per_column<Block, qk::arch::native>();
     qk::dispatch([]<class Tag>(Tag) { check_gemm_equals_gemv_per_column<Block, Tag>(); });
 }
+TEST_CASE_TEMPLATE_APPLY(gemv_several_columns_gemm_equals, qk::weight_formats::tuple);
 
 TEST_CASE("gemv on a pool reused for many calls gives the same bits every time")
 {
@@ -220,8 +220,7 @@ TEST_CASE("gemv edge shapes: no rows writes nothing, no columns of W gives zeros
     CHECK(std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == 0; }));
 }
 
-TEST_CASE_TEMPLATE("gemv and gemm reject bad shapes with a qk::error naming the values, y untouched", Block, qk::block_q8_0,
-                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("gemv and gemm reject bad shapes with a qk::error naming the values, y untouched", Block, gemv_gemm_reject_bad_shapes)
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
@@ -268,3 +267,4 @@ TEST_CASE_TEMPLATE("gemv and gemm reject bad shapes with a qk::error naming the 
     qk::gemv<Block>(w, rows, cols, x1, y1, pool, scratch1);
     CHECK(count_bit_differences(std::vector<float>(y1.begin(), y1.end()), dot_per_row<Block, qk::arch::native>(w, rows, cols, x1)) == 0);
 }
+TEST_CASE_TEMPLATE_APPLY(gemv_gemm_reject_bad_shapes, qk::weight_formats::tuple);

@@ -138,8 +138,7 @@ void check_rejected_without_writing(std::span<const float> x, std::size_t blocks
 
 } // namespace
 
-TEST_CASE_TEMPLATE("round trip stays within the format's step-size bound", Block, qk::block_q8_0, qk::block_q8_K, qk::block_mxfp4,
-                   qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("round trip stays within the format's step-size bound", Block, round_trip_stays_within_format)
 {
     SUBCASE("varied magnitudes") { check_round_trip_bound<Block>(varied_input(256 * 96, 11)); }
     SUBCASE("uniform") {
@@ -152,9 +151,9 @@ TEST_CASE_TEMPLATE("round trip stays within the format's step-size bound", Block
     SUBCASE("huge values") { check_round_trip_bound<Block>(normal(256 * 4, 1e5f, 13)); }
     SUBCASE("tiny values") { check_round_trip_bound<Block>(normal(256 * 4, 1e-30f, 14)); }
 }
+TEST_CASE_TEMPLATE_APPLY(round_trip_stays_within_format, qk::block_formats::tuple);
 
-TEST_CASE_TEMPLATE("zero input gives zero blocks that decode to zero", Block, qk::block_q8_0, qk::block_q8_K, qk::block_mxfp4,
-                   qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("zero input gives zero blocks that decode to zero", Block, zero_input_gives_zero_blocks)
 {
     const std::vector<float> x(512, 0.0f);
     std::vector<Block> blocks;
@@ -169,9 +168,9 @@ TEST_CASE_TEMPLATE("zero input gives zero blocks that decode to zero", Block, qk
         }
     }
 }
+TEST_CASE_TEMPLATE_APPLY(zero_input_gives_zero_blocks, qk::block_formats::tuple);
 
-TEST_CASE_TEMPLATE("subnormal inputs give defined, finite blocks", Block, qk::block_q8_0, qk::block_q8_K, qk::block_mxfp4,
-                   qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("subnormal inputs give defined, finite blocks", Block, subnormal_inputs_give_defined_finite)
 {
     // Scales underflow here; GGUF producers hit undefined behaviour (an infinite reciprocal
     // converted to int8, a negative exponent converted to uint8). qkern's results are documented:
@@ -192,6 +191,7 @@ TEST_CASE_TEMPLATE("subnormal inputs give defined, finite blocks", Block, qk::bl
         CHECK(std::all_of(blocks.begin(), blocks.end(), [](const auto& b) { return b.e == 0; }));
     }
 }
+TEST_CASE_TEMPLATE_APPLY(subnormal_inputs_give_defined_finite, qk::block_formats::tuple);
 
 TEST_CASE("MXFP4's exponent follows single-precision log2f just below powers of two")
 {
@@ -227,8 +227,7 @@ TEST_CASE("Q8_0 and IQ4 scales at the edge of the fp16 range")
     CHECK_NOTHROW((void)qk::quantize<qk::block_mxfp4>(std::span<const float>(big)));
 }
 
-TEST_CASE_TEMPLATE("bad shapes and values are rejected before anything is written", Block, qk::block_q8_0, qk::block_q8_K,
-                   qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("bad shapes and values are rejected before anything is written", Block, bad_shapes_values_are_rejected)
 {
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
     const std::string name(qk::format_traits<Block>::name);
@@ -263,6 +262,7 @@ TEST_CASE_TEMPLATE("bad shapes and values are rejected before anything is writte
         CHECK_NOTHROW(qk::quantize<Block>(std::span<const float>(), std::span<Block>(none)));
     }
 }
+TEST_CASE_TEMPLATE_APPLY(bad_shapes_values_are_rejected, qk::block_formats::tuple);
 
 TEST_CASE_TEMPLATE("importance weights", Block, qk::block_iq4_nl, qk::block_iq4_xs)
 {

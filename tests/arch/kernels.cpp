@@ -254,17 +254,17 @@ void check_quantizer_edges()
 #define QK_TAG_NAME_STRING(x) #x
 #define QK_TAG_NAME(x) QK_TAG_NAME_STRING(x)
 
-TEST_CASE_TEMPLATE("dot on " QK_TAG_NAME(QK_TEST_TAG) " agrees with the generic reference", Block, qk::block_q8_0, qk::block_mxfp4,
-                   qk::block_iq4_nl, qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " agrees with the generic reference", Block, dot_agrees_generic_reference)
 {
     check_dot_against_generic<Block>();
 }
+TEST_CASE_TEMPLATE_APPLY(dot_agrees_generic_reference, qk::weight_formats::tuple);
 
-TEST_CASE_TEMPLATE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exactly", Block, qk::block_q8_0, qk::block_mxfp4, qk::block_iq4_nl,
-                   qk::block_iq4_xs)
+TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exactly", Block, dot_sums_integers_exactly)
 {
     check_exact_integer_sums<Block>();
 }
+TEST_CASE_TEMPLATE_APPLY(dot_sums_integers_exactly, qk::weight_formats::tuple);
 
 TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " write the reference's bytes", Block, qk::block_q8_0,
                    qk::block_q8_K)
