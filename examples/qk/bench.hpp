@@ -119,7 +119,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
     constexpr std::size_t rows = 14336;
     constexpr std::size_t cols = 4096;
     std::size_t tags = 0;
-    for_each_runnable_tag([&](auto) { ++tags; });
+    qk::for_each_runnable(qk::running_cpu(), [&](auto) { ++tags; });
     progress_line progress(opt.threads.size() * (1 + 4) + 4 * tags);
 
     std::vector<measurement> results;
@@ -142,7 +142,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
 
             const auto w = random_blocks<Block>(dot_values / size, 1);
             const auto a = random_blocks<activation>(dot_values / qk::format_traits<activation>::block_size, 2);
-            for_each_runnable_tag([&]<class Tag>(Tag) {
+            qk::for_each_runnable(qk::running_cpu(), [&]<class Tag>(Tag) {
                 progress.step(fmt::format("dot {} on {}", name, qk::arch::name<Tag>()));
                 float sink = 0.0f;
                 const double seconds = seconds_per_call([&] { sink += qk::dot<Block, Tag>(w, a); }, opt.seconds);

@@ -15,7 +15,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -47,13 +46,6 @@ command wire(CLI::App& app, CLI::App* (*add)(CLI::App&, Options&), int (*run)(co
 inline std::string version_string()
 {
     return fmt::format("qk {}.{}.{}", QKERN_VERSION_MAJOR, QKERN_VERSION_MINOR, QKERN_VERSION_PATCH);
-}
-
-// Calls f(Tag{}) for every tag of qk::arch::all this CPU runs, scalar reference first.
-template <class F>
-void for_each_runnable_tag(F&& f)
-{
-    qk::for_each_runnable(qk::running_cpu(), std::forward<F>(f));
 }
 
 // quantize and dot on the tag qk::dispatch picks for this CPU: the tool's kernels are the CPU's

@@ -124,7 +124,7 @@ inline std::string cpu_features()
 inline std::string runnable_tags()
 {
     std::string out;
-    for_each_runnable_tag([&]<class Tag>(Tag) { out += fmt::format("{}{}", out.empty() ? "" : " ", qk::arch::name<Tag>()); });
+    qk::for_each_runnable(qk::running_cpu(), [&]<class Tag>(Tag) { out += fmt::format("{}{}", out.empty() ? "" : " ", qk::arch::name<Tag>()); });
     return out;
 }
 
