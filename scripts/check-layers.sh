@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fails on an include that goes up a layer. Layers, lowest first: kernels <- sampling <- spec <-
-# backends; a header may include its own layer and those below. Only quoted includes between
-# qkern's own headers are checked (the umbrella header qkern.hpp is above them all).
+# backends; a header may include its own layer and those below. Within backends, backends/gpu (the
+# host code the Vulkan and Metal backends share) is backend-neutral: it includes no other folder
+# of backends/. Only quoted includes between qkern's own headers are checked (the umbrella header
+# qkern.hpp is above them all).
 # Usage: scripts/check-layers.sh [include directory, default include/]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,11 +36,15 @@ while IFS= read -r -d '' file; do
             echo "check-layers: ${relative} includes \"$target\": $layer is above ${relative%%/*}" >&2
             bad=$((bad + 1))
         fi
+        if [[ $relative == backends/gpu/* && $resolved == "$root"/backends/* && $resolved != "$root"/backends/gpu/* ]]; then
+            echo "check-layers: ${relative} includes \"$target\": backends/gpu, shared by the GPU backends, includes no other part of backends/" >&2
+            bad=$((bad + 1))
+        fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
 done < <(find "$root" -name '*.hpp' -print0)
 
 if ((bad > 0)); then
-    echo "check-layers: $bad upward include(s) (layers: ${layers[*]}, lowest first)" >&2
+    echo "check-layers: $bad include(s) against the layers (${layers[*]}, lowest first; backends/gpu includes no other backend)" >&2
     exit 1
 fi
 echo "check-layers: $checked includes between layers checked, none goes up (${layers[*]}, lowest first)"

@@ -11,16 +11,17 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "../context.hpp"
 #include "../../kernels/e8m0.hpp"
-#include "../../kernels/error.hpp"
-#include "../../kernels/format_traits.hpp"
-#include "../../kernels/formats.hpp"
 #include "../../kernels/solve_tri.hpp"
 #include "../../sampling/chain.hpp"
+#include "../gpu/format_index.hpp"
+#include "../gpu/matrix.hpp"
+#include "../gpu/sample_checks.hpp"
+#include "../gpu/solve_tri_checks.hpp"
+#include "../gpu/workspace.hpp"
 #include "device.hpp"
 #include "kernels.hpp"
 #include "sampling_host.hpp"
@@ -29,41 +30,23 @@ namespace qk::backend::metal {
 
 // Weights resident in shared memory: rows of blocks, their GGUF bytes as they are.
 template <class Block>
-class matrix {
-public:
-    [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
-    [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
-    [[nodiscard]] const buffer& weights() const noexcept { return weights_; }
-
-private:
-    friend class context;
-    buffer weights_;
-    std::size_t rows_ = 0;
-    std::size_t cols_ = 0;
-};
+using matrix = gpu::matrix<Block, buffer>;
 
 namespace detail {
-
-template <class Block>
-[[nodiscard]] const kernel_info& gemv_kernel() noexcept
-{
-    if constexpr (std::is_same_v<Block, block_q8_0>) {
-        return kernels::gemv_q8_0;
-    } else if constexpr (std::is_same_v<Block, block_mxfp4>) {
-        return kernels::gemv_mxfp4;
-    } else if constexpr (std::is_same_v<Block, block_iq4_nl>) {
-        return kernels::gemv_iq4_nl;
-    } else {
-        static_assert(std::is_same_v<Block, block_iq4_xs>, "the Metal mat-vec takes Q8_0, MXFP4, IQ4_NL or IQ4_XS weights");
-        return kernels::gemv_iq4_xs;
-    }
-}
 
 // SIMD-groups of 32 per threadgroup for mat-vec (one row each) and solve_tri (one column each).
 inline constexpr std::uint32_t simdgroups = 4;
 inline constexpr std::uint32_t simd_width = 32;
 // solve_tri stages rows of A through 32 KiB of threadgroup memory: n * rows floats.
 inline constexpr std::uint32_t solve_tri_stage_floats = 8192;
+
+// solve_tri.metal's limits: a row of A fits the stage, offsets within a batch are 32-bit (n * n,
+// n * k), and the batch is the grid's height.
+inline constexpr gpu::solve_tri_limits solve_tri_kernel_limits{.max_n = solve_tri_stage_floats,
+                                                               .max_batch_values = std::int64_t{1} << 31,
+                                                               .max_batch = 65535,
+                                                               .max_values = gpu::no_limit,
+                                                               .in_words = "n <= 8192, n * k <= 2^31, batch <= 65535"};
 
 } // namespace detail
 
@@ -85,30 +68,18 @@ public:
     template <class Block>
     [[nodiscard]] matrix<Block> upload(std::span<const Block> w, std::size_t rows, std::size_t cols) const
     {
-        constexpr std::size_t bs = format_traits<Block>::block_size;
-        if (cols == 0 || cols % bs != 0) {
-            qk::detail::fail("qk::backend::metal::upload: cols (", cols, ") is not a positive multiple of ", format_traits<Block>::name,
-                             "'s block size ", bs);
-        }
-        if (rows == 0 || cols / bs * 8 >= (std::size_t{1} << 32) || w.size() != rows * (cols / bs)) {
-            qk::detail::fail("qk::backend::metal::upload: w has ", w.size(), " blocks for ", rows, " rows of ", cols / bs, " blocks");
-        }
-        matrix<Block> m;
-        m.weights_ = device_.make_buffer(w.size_bytes());
-        std::memcpy(m.weights_.contents(), w.data(), w.size_bytes());
-        m.rows_ = rows;
-        m.cols_ = cols;
-        return m;
+        return gpu::make_matrix<Block>("qk::backend::metal::upload", w, rows, cols, [this](std::span<const std::byte> bytes) {
+            buffer weights = device_.make_buffer(bytes.size());
+            std::memcpy(weights.contents(), bytes.data(), bytes.size());
+            return weights;
+        });
     }
 
     // y = W·x with float x (not quantized, unlike the CPU's gemv).
     template <class Block>
     void gemv(const matrix<Block>& w, std::span<const float> x, std::span<float> y)
     {
-        if (x.size() != w.cols() || y.size() != w.rows()) {
-            qk::detail::fail("qk::backend::metal::gemv: x has ", x.size(), " values and y ", y.size(), " for a ", w.rows(), " x ",
-                             w.cols(), " matrix");
-        }
+        gpu::check_gemv_shape("qk::backend::metal::gemv", w, x.size(), y.size());
         const std::lock_guard lock(mutex_);
         const buffer& xb = grow(x_, x.size_bytes());
         const buffer& yb = grow(y_, y.size_bytes());
@@ -118,40 +89,20 @@ public:
             {&w.weights(), {}},
             {&xb, {}},
             {&yb, {}},
-            {nullptr, {rows, static_cast<std::uint32_t>(w.cols() / format_traits<Block>::block_size)}},
+            {nullptr, {rows, static_cast<std::uint32_t>(w.blocks_per_row())}},
             {&table_, {}},
         };
         dispatch_shape shape;
         shape.groups_x = (rows + detail::simdgroups - 1) / detail::simdgroups;
         shape.threads_per_group = detail::simd_width * detail::simdgroups;
-        device_.run(detail::gemv_kernel<Block>(), {}, args, shape);
+        device_.run(*kernels::gemv[gpu::format_index<Block>], {}, args, shape);
         std::memcpy(y.data(), yb.contents(), y.size_bytes());
     }
 
     // qk::solve_tri's contiguous overload (float): the same checks, raised before anything runs.
     void solve_tri(const float* A, const float* B, float* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
     {
-        constexpr const char* op = "qk::backend::metal::solve_tri: ";
-        if (n < 1 || k < 1 || batch < 1) {
-            qk::detail::fail(op, "n = ", n, ", k = ", k, ", batch = ", batch, "; each must be at least 1");
-        }
-        if (n > detail::solve_tri_stage_floats || k > (std::int64_t{1} << 31) / n || batch > 65535) {
-            qk::detail::fail(op, "n = ", n, ", k = ", k, ", batch = ", batch,
-                             " exceed this kernel's limits (n <= 8192, n * k < 2^31, batch <= 65535)");
-        }
-        if (A == nullptr || B == nullptr || X == nullptr) {
-            qk::detail::fail(op, A == nullptr ? "A" : (B == nullptr ? "B" : "X"), " is a null pointer");
-        }
-        if (!opt.unit) {
-            for (std::int64_t q = 0; q < batch; ++q) {
-                for (std::int64_t i = 0; i < n; ++i) {
-                    if (A[(q * n + i) * n + i] == 0.0f) {
-                        qk::detail::fail(op, "A has a zero on its diagonal at batch ", q, ", row ", i,
-                                         "; the system is singular (tri_options::unit ignores the stored diagonal)");
-                    }
-                }
-            }
-        }
+        gpu::check_solve_tri("qk::backend::metal::solve_tri", A, B, X, n, k, batch, opt, detail::solve_tri_kernel_limits);
         const std::lock_guard lock(mutex_);
         const auto a_bytes = static_cast<std::size_t>(n * n * batch) * sizeof(float);
         const auto b_bytes = static_cast<std::size_t>(n * k * batch) * sizeof(float);
@@ -187,11 +138,7 @@ public:
                 std::span<const std::uint8_t> active, std::span<std::int32_t> tokens)
     {
         namespace mh = detail::sampling;
-        if (n_seq == 0 || n_vocab == 0 || n_seq > 65535 || n_vocab > 0xffffffffu / n_seq || logits.size() != n_seq * n_vocab ||
-            chains.size() != n_seq || tokens.size() != n_seq || (!active.empty() && active.size() != n_seq)) {
-            qk::detail::fail("qk::backend::metal::sample: ", logits.size(), " logits, ", chains.size(), " chains, ", tokens.size(),
-                             " tokens and ", active.size(), " active flags for n_seq = ", n_seq, ", n_vocab = ", n_vocab);
-        }
+        gpu::check_sample_arguments("qk::backend::metal::sample", logits, n_seq, n_vocab, chains, active, tokens);
         const auto is_active = [&](std::size_t r) { return active.empty() || active[r] != 0; };
         std::vector<mh::row_plan> plans(n_seq);
         std::vector<sampling::dist*> dists(n_seq, nullptr);
@@ -288,10 +235,7 @@ private:
 
     const buffer& grow(buffer& b, std::size_t bytes)
     {
-        if (b.size() < bytes) {
-            b = device_.make_buffer(bytes);
-        }
-        return b;
+        return gpu::grow(b, bytes, [this](std::size_t n) { return device_.make_buffer(n); });
     }
 
     device device_;

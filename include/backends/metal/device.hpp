@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,6 +23,7 @@
 #include <Metal/Metal.hpp>
 
 #include "../../kernels/error.hpp"
+#include "../gpu/device_index.hpp"
 #include "kernels.hpp"
 
 namespace qk::backend::metal {
@@ -84,14 +84,8 @@ public:
     // index < 0: QKERN_METAL_DEVICE if set, else the system default device.
     explicit device(int index = -1)
     {
-        const char* chosen = std::getenv("QKERN_METAL_DEVICE");
-        if (index < 0 && chosen != nullptr && *chosen != '\0') {
-            char* end = nullptr;
-            const long v = std::strtol(chosen, &end, 10);
-            if (*end != '\0' || v < 0 || v > 1000000) {
-                qk::detail::fail("qk::backend::metal: QKERN_METAL_DEVICE='", chosen, "' is not a device index");
-            }
-            index = static_cast<int>(v);
+        if (index < 0) {
+            index = gpu::device_index_from_environment("QKERN_METAL_DEVICE", "metal");
         }
         if (index < 0) {
             device_.reset(MTL::CreateSystemDefaultDevice());

@@ -9,6 +9,8 @@
 #include <span>
 #include <string_view>
 
+#include "../../kernels/formats.hpp"
+#include "../gpu/format_index.hpp"
 #include "shaders/generated/gemv.hpp"
 #include "shaders/generated/sampling.hpp"
 #include "shaders/generated/solve_tri.hpp"
@@ -59,6 +61,10 @@ inline constexpr kernel_info gemv_q8_0{"kernel_gemv_q8_0", "gemv", source::gemv,
 inline constexpr kernel_info gemv_mxfp4{"kernel_gemv_mxfp4", "gemv", source::gemv, {}};
 inline constexpr kernel_info gemv_iq4_nl{"kernel_gemv_iq4_nl", "gemv", source::gemv, {}};
 inline constexpr kernel_info gemv_iq4_xs{"kernel_gemv_iq4_xs", "gemv", source::gemv, {}};
+// The same in qk::weight_formats order, for gpu::format_index<Block>.
+inline constexpr std::array<const kernel_info*, weight_formats::size> gemv{&gemv_q8_0, &gemv_mxfp4, &gemv_iq4_nl, &gemv_iq4_xs};
+static_assert(gpu::lists_weight_formats(gemv, "kernel_gemv_", [](const kernel_info* k) { return k->name; }),
+              "kernels::gemv has one kernel per format of qk::weight_formats, in that order");
 
 // sampling.metal: nine buffers shared by every kernel (sampling_host.hpp lays them out); the list
 // capacity (a power of two up to 2048) is the one function constant, used by top_k.

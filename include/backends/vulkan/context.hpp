@@ -13,6 +13,7 @@
 #include "../context.hpp"
 #include "../../kernels/solve_tri.hpp"
 #include "../../sampling/chain.hpp"
+#include "../gpu/sample_checks.hpp"
 #include "device.hpp"
 #include "gemv.hpp"
 #include "sampling.hpp"
@@ -57,10 +58,7 @@ public:
     void sample(std::span<const float> logits, std::size_t n_seq, std::size_t n_vocab, std::span<sampling::chain> chains,
                 std::span<const std::uint8_t> active, std::span<std::int32_t> tokens)
     {
-        if (chains.size() != n_seq || tokens.size() != n_seq) {
-            qk::detail::fail("qk::backend::vulkan::context::sample: ", chains.size(), " chains and ", tokens.size(),
-                             " tokens for n_seq = ", n_seq);
-        }
+        gpu::check_sample_arguments("qk::backend::vulkan::context::sample", logits, n_seq, n_vocab, chains, active, tokens);
         const std::lock_guard lock(mutex_);
         const auto picked = vulkan::sample(device_, sampling_, chains, logits, n_vocab, active);
         std::copy(picked.begin(), picked.end(), tokens.begin());

@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <vulkan/vulkan.h>
 
 #include "../../kernels/error.hpp"
+#include "../gpu/device_index.hpp"
 #include "architecture.hpp"
 
 namespace qk::backend::vulkan {
@@ -275,14 +275,7 @@ private:
         qk::detail::fail("qk::backend::vulkan: no Vulkan device is available");
     }
     if (index < 0) {
-        if (const char* chosen = std::getenv("QKERN_VULKAN_DEVICE"); chosen != nullptr && *chosen != '\0') {
-            char* end = nullptr;
-            const long v = std::strtol(chosen, &end, 10);
-            if (*end != '\0' || v < 0) {
-                qk::detail::fail("qk::backend::vulkan: QKERN_VULKAN_DEVICE='", chosen, "' is not a device index");
-            }
-            index = v > 1000000 ? 1000000 : static_cast<int>(v);
-        }
+        index = gpu::device_index_from_environment("QKERN_VULKAN_DEVICE", "vulkan");
     }
     if (index >= 0) {
         if (static_cast<std::size_t>(index) >= list.size()) {

@@ -9,6 +9,8 @@
 
 #include "../../kernels/error.hpp"
 #include "../../kernels/solve_tri.hpp"
+#include "../gpu/solve_tri_checks.hpp"
+#include "../gpu/workspace.hpp"
 #include "device.hpp"
 #include "shaders/generated/solve_tri.hpp"
 
@@ -146,11 +148,7 @@ public:
 private:
     const buffer& grow(buffer& buf, std::size_t bytes)
     {
-        if (buf.size() < bytes) {
-            buf = buffer();
-            buf = dev_->make_buffer(bytes);
-        }
-        return buf;
+        return gpu::grow(buf, bytes, [this](std::size_t n) { return dev_->make_buffer(n); });
     }
     const device* dev_;
     buffer a_;
@@ -160,58 +158,31 @@ private:
 
 namespace detail {
 
-inline constexpr const char* solve_tri_op = "qk::backend::vulkan::solve_tri: ";
+inline constexpr const char* solve_tri_op = "qk::backend::vulkan::solve_tri";
 
-// qk::detail::check_tri_sizes with this op's name: checked before a plan is made of the sizes.
-inline void check_solve_tri_sizes(std::int64_t n, std::int64_t k, std::int64_t batch)
-{
-    if (n < 1 || k < 1 || batch < 1) {
-        qk::detail::fail(solve_tri_op, "n = ", n, ", k = ", k, ", batch = ", batch, "; each must be at least 1");
-    }
-    constexpr auto limit = std::int64_t{1} << 40;
-    if (n > (std::int64_t{1} << 20) || k > limit / n || batch > limit / (n * k) || batch > limit / (n * n)) {
-        qk::detail::fail(solve_tri_op, "n = ", n, ", k = ", k, " and ", batch,
-                         " batches exceed the supported size (2^40 elements in A or in B)");
-    }
-}
+// The CPU op's size limits (qk::detail::check_tri_sizes); what the device itself can hold is
+// checked after them, by check_solve_tri_fits.
+inline constexpr gpu::solve_tri_limits solve_tri_size_limits{.max_n = std::int64_t{1} << 20,
+                                                             .max_batch_values = std::int64_t{1} << 40,
+                                                             .max_batch = gpu::no_limit,
+                                                             .max_values = std::int64_t{1} << 40,
+                                                             .in_words = "2^40 elements in A or in B, n <= 2^20"};
 
-// The rest of the CPU op's checks (check_view's null pointers, then check_solve_tri's pivot scan),
-// with the device's own in between: buffer sizes and a plan that fits. All of it runs before
-// anything is uploaded or written.
-inline void check_solve_tri(const device& dev, const float* A, const float* B, const float* X, std::int64_t n, std::int64_t k,
-                            std::int64_t batch, const qk::tri_options& opt, const solve_tri_plan& plan)
+// What the device adds to the shared checks (after the null pointers, before the pivot scan):
+// buffers within its largest storage buffer, and a plan that fits these sizes and the device.
+inline void check_solve_tri_fits(const device& dev, std::int64_t n, std::int64_t k, std::int64_t batch, const solve_tri_plan& plan)
 {
-    constexpr const char* op = solve_tri_op;
-    if (A == nullptr) {
-        qk::detail::fail(op, "A is a null pointer");
-    }
-    if (B == nullptr) {
-        qk::detail::fail(op, "B is a null pointer");
-    }
-    if (X == nullptr) {
-        qk::detail::fail(op, "X is a null pointer");
-    }
     const auto largest = static_cast<std::uint64_t>(std::max(n * n, n * k) * batch) * sizeof(float);
     if (largest > dev.facts().max_storage_buffer_bytes) {
-        qk::detail::fail(op, "n = ", n, ", k = ", k, " and ", batch, " batches need a buffer of ", largest,
+        qk::detail::fail(solve_tri_op, ": n = ", n, ", k = ", k, " and ", batch, " batches need a buffer of ", largest,
                          " bytes, more than the device's largest storage buffer (", dev.facts().max_storage_buffer_bytes, " bytes)");
     }
     if (plan.n != n || plan.k != k || plan.columns < 1 || plan.workgroup < plan.columns ||
         plan.workgroup > dev.facts().max_workgroup_invocations || plan.shared_bytes() > dev.facts().shared_memory_bytes ||
         (plan.a_in_shared && plan.a_floats < n * (n + 1) / 2) || (plan.tile_in_shared && plan.tile_floats < n * plan.columns)) {
-        qk::detail::fail(op, "the plan (n = ", plan.n, ", k = ", plan.k, ", ", plan.columns, " columns on ", plan.workgroup,
+        qk::detail::fail(solve_tri_op, ": the plan (n = ", plan.n, ", k = ", plan.k, ", ", plan.columns, " columns on ", plan.workgroup,
                          " invocations, ", plan.shared_bytes(), " bytes of shared memory) does not fit n = ", n, ", k = ", k,
                          " on this device (", dev.facts().shared_memory_bytes, " bytes of shared memory)");
-    }
-    if (!opt.unit) {
-        for (std::int64_t q = 0; q < batch; ++q) {
-            for (std::int64_t i = 0; i < n; ++i) {
-                if (A[(q * n + i) * n + i] == 0.0f) {
-                    qk::detail::fail(op, "A has a zero on its diagonal at batch ", q, ", row ", i,
-                                     "; the system is singular (tri_options::unit ignores the stored diagonal)");
-                }
-            }
-        }
     }
 }
 
@@ -225,8 +196,8 @@ inline void check_solve_tri(const device& dev, const float* A, const float* B, c
 inline void solve_tri(const device& dev, solve_tri_workspace& ws, const float* A, const float* B, float* X, std::int64_t n,
                       std::int64_t k, std::int64_t batch, qk::tri_options opt, const solve_tri_plan& plan)
 {
-    detail::check_solve_tri_sizes(n, k, batch);
-    detail::check_solve_tri(dev, A, B, X, n, k, batch, opt, plan);
+    gpu::check_solve_tri(detail::solve_tri_op, A, B, X, n, k, batch, opt, detail::solve_tri_size_limits,
+                         [&] { detail::check_solve_tri_fits(dev, n, k, batch, plan); });
     const auto a_floats = static_cast<std::size_t>(n * n * batch);
     const auto b_floats = static_cast<std::size_t>(n * k * batch);
     const buffer& ab = ws.a(a_floats);
@@ -241,7 +212,7 @@ inline void solve_tri(const device& dev, solve_tri_workspace& ws, const float* A
 inline void solve_tri(const device& dev, solve_tri_workspace& ws, const float* A, const float* B, float* X, std::int64_t n,
                       std::int64_t k, std::int64_t batch, qk::tri_options opt = {})
 {
-    detail::check_solve_tri_sizes(n, k, batch);
+    gpu::check_solve_tri_sizes(detail::solve_tri_op, n, k, batch, detail::solve_tri_size_limits); // before a plan is made of them
     solve_tri(dev, ws, A, B, X, n, k, batch, opt, plan_solve_tri(n, k, dev.facts().shared_memory_bytes));
 }
 
