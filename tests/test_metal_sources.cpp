@@ -70,6 +70,18 @@ TEST_CASE("metal sources: every kernel and function constant the host uses is in
     CHECK(names.size() == 10);
 }
 
+TEST_CASE("metal sources: the embedded text is whole (the Metal runtime resolves no quoted #include)")
+{
+    // The generator pastes each quoted include (the generated constants) into the text; only
+    // <metal_stdlib>, which the Metal compiler provides, stays an include.
+    static const std::regex quoted_include(R"((^|\n)\s*#\s*include\s*")");
+    for (const char* source : {metal::source::gemv, metal::source::sampling, metal::source::solve_tri}) {
+        CHECK_FALSE(std::regex_search(std::string(source), quoted_include));
+    }
+    CHECK(std::string(metal::source::gemv).find("iq4_values[16]") != std::string::npos); // the pasted value tables
+    CHECK(std::string(metal::source::sampling).find("result_words") != std::string::npos); // the pasted layout
+}
+
 TEST_CASE("metal sources: a kernel the host code set up wrongly would be caught")
 {
     // The checks above can fail: a misspelt kernel, a wrong index and a wrong type are reported.

@@ -60,6 +60,27 @@ namespace qs = qk::sampling;
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float not_a_number = std::numeric_limits<float>::quiet_NaN();
 
+// The kernels' constants (generated/sampling_layout.h, constexpr here as in MSL) are the host's:
+// a checked-in header left stale by a layout change fails to compile here, not just in CI's
+// scripts/generate-shaders.sh --check.
+static_assert(msl_sampling::row_words == mh::row_words && msl_sampling::op_words == mh::op_words &&
+              msl_sampling::result_words == mh::result_words && msl_sampling::list_words == mh::list_words);
+static_assert(msl_sampling::row_flags == mh::row_flags && msl_sampling::row_k == mh::row_k &&
+              msl_sampling::row_list_ops == mh::row_list_ops && msl_sampling::row_list_count == mh::row_list_count);
+static_assert(msl_sampling::flag_active == mh::active && msl_sampling::flag_max == mh::max && msl_sampling::flag_sums == mh::sums &&
+              msl_sampling::flag_whole_row_draw == mh::store_exp && msl_sampling::flag_softmax == mh::scale &&
+              msl_sampling::flag_top_k == mh::top_k && msl_sampling::flag_list == mh::list &&
+              msl_sampling::flag_list_dist == mh::list_dist);
+static_assert(msl_sampling::kind_divide == mh::divide && msl_sampling::kind_bias == mh::bias &&
+              msl_sampling::kind_keep_max == mh::keep_max && msl_sampling::kind_keep_top_k == mh::keep_top_k);
+static_assert(msl_sampling::result_index == mh::index && msl_sampling::result_max_bits == mh::max_bits &&
+              msl_sampling::result_token == mh::token && msl_sampling::result_status == mh::status_word &&
+              msl_sampling::result_list_size == mh::list_size && msl_sampling::result_factor_bits == mh::factor_bits);
+static_assert(msl_sampling::status_ok == mh::ok && msl_sampling::status_no_candidate == mh::no_candidate &&
+              msl_sampling::status_infinite == mh::infinite);
+static_assert(msl_sampling::all_rows == mh::all_rows && msl_sampling::chunk_size == mh::chunk_size &&
+              msl_sampling::chunk_lanes == qs::detail::sum_lanes && msl_sampling::max_list_capacity == mh::max_list_capacity);
+
 std::vector<float> make_row(std::mt19937& rng, std::size_t n, int style)
 {
     return qk_test::gpu::make_logits_row(rng, n, style, -110.0f);

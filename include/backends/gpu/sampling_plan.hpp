@@ -1,12 +1,14 @@
 // The plan both GPU backends (Vulkan and Metal) make of a sampler chain: which samplers have a GPU
 // form (logit_bias, temp, top_k, then greedy or dist), the whole-vocabulary ops and the top-k
-// list's ops they become, and the selection at the end. Plain data; each backend lays it out in
-// the records its kernels read.
+// list's ops they become, and the selection at the end; and encode(), which lays a batch of plans
+// out in the row, op and bias records (sampling_layout.hpp) that both backends' kernels read.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -18,20 +20,34 @@
 #include "../../sampling/samplers/logit_bias.hpp"
 #include "../../sampling/samplers/temperature.hpp"
 #include "../../sampling/samplers/top_k.hpp"
+#include "../../sampling/token_data.hpp"
+#include "../../sampling/vocabulary_scan.hpp"
+#include "sampling_layout.hpp"
 
 namespace qk::backend::detail::gpu_sampling {
 
-// Row flags the plan sets (each backend's kernels read these bits; they add their own above).
-enum flag : std::uint32_t {
-    active = 1,
-    max = 2,            // the row's maximum and first argmax at selection time
-    sums = 4,           // chunk exp sums
-    whole_row_draw = 8, // a draw over the whole row (the exp values it needs)
-    top_k = 32,         // the sorted top-k list
-    list = 64,          // the chain's list ops and its selection from the list
-    list_dist = 128,    // that selection is a draw
-};
-enum kind : std::uint32_t { none = 0, divide = 1, bias = 2, keep_max = 3, keep_top_k = 4 };
+namespace layout = qk::backend::gpu::sampling_layout;
+
+// The kernels sum exps in the CPU's order, so the layout's chunking must be the CPU's.
+static_assert(layout::chunk_size == qk::sampling::detail::chunk_size && layout::chunk_lanes == qk::sampling::detail::sum_lanes,
+              "the GPU kernels sum exps in chunks and lanes of vocabulary_scan.hpp's sizes");
+static_assert(sizeof(qk::sampling::token_data) == layout::list_words * 4, "a list entry must be a token_data");
+
+// The flags the plan sets and the kinds of its ops.
+using layout::flag;
+using layout::active;
+using layout::max;
+using layout::sums;
+using layout::whole_row_draw;
+using layout::top_k;
+using layout::list;
+using layout::list_dist;
+using layout::kind;
+using layout::none;
+using layout::divide;
+using layout::bias;
+using layout::keep_max;
+using layout::keep_top_k;
 
 struct op {
     std::uint32_t kind = none;
@@ -142,6 +158,67 @@ struct row_plan {
                          "' does not end with greedy or dist");
     }
     return p;
+}
+
+// The words of the rows, ops and biases buffers for a batch of plans (one per row). Stage ops
+// are laid out stage-major (stage * n_seq + row), list ops after them.
+struct records {
+    std::vector<std::uint32_t> rows;
+    std::vector<std::uint32_t> ops;
+    std::vector<std::uint32_t> biases;
+    std::size_t stages = 0;
+    std::vector<bool> keeps_at; // a stage some active row keeps only the maximum at (argmax first)
+};
+
+[[nodiscard]] inline records encode(std::span<const row_plan> plans)
+{
+    records r;
+    const std::size_t n_seq = plans.size();
+    std::size_t list_ops = 0;
+    for (const auto& p : plans) {
+        r.stages = std::max(r.stages, p.stage.size());
+        list_ops += p.list.size();
+    }
+    r.rows.assign(n_seq * layout::row_words, 0);
+    r.ops.assign((r.stages * n_seq + list_ops) * layout::op_words, 0);
+    r.keeps_at.assign(r.stages, false);
+    const auto put = [&](std::size_t at, const op& o) {
+        std::uint32_t* w = r.ops.data() + at * layout::op_words;
+        w[layout::op_kind] = o.kind;
+        w[layout::op_param] = o.param;
+        w[layout::op_first] = static_cast<std::uint32_t>(r.biases.size() / 2);
+        w[layout::op_count] = static_cast<std::uint32_t>(o.biases.size());
+        for (const auto& [id, value] : o.biases) {
+            r.biases.push_back(static_cast<std::uint32_t>(id));
+            r.biases.push_back(bits(value));
+        }
+    };
+    std::size_t next_list_op = r.stages * n_seq;
+    for (std::size_t row = 0; row < n_seq; ++row) {
+        const row_plan& p = plans[row];
+        std::uint32_t* w = r.rows.data() + row * layout::row_words;
+        w[layout::row_flags] = p.flags;
+        w[layout::row_k] = p.k;
+        w[layout::row_list_ops] = static_cast<std::uint32_t>(next_list_op);
+        w[layout::row_list_count] = static_cast<std::uint32_t>(p.list.size());
+        const auto u = std::bit_cast<std::uint64_t>(p.u);
+        w[layout::row_u_low] = static_cast<std::uint32_t>(u);
+        w[layout::row_u_high] = static_cast<std::uint32_t>(u >> 32);
+        for (std::size_t j = 0; j < p.stage.size(); ++j) {
+            put(j * n_seq + row, p.stage[j]);
+            r.keeps_at[j] = r.keeps_at[j] || ((p.flags & active) != 0 && p.stage[j].kind == keep_max);
+        }
+        for (const auto& o : p.list) {
+            put(next_list_op++, o);
+        }
+    }
+    // Neither Metal nor Vulkan has empty buffers: every records buffer holds at least one word.
+    for (auto* v : {&r.rows, &r.ops, &r.biases}) {
+        if (v->empty()) {
+            v->push_back(0);
+        }
+    }
+    return r;
 }
 
 } // namespace qk::backend::detail::gpu_sampling

@@ -16,53 +16,61 @@
 #include <vector>
 
 #include "../../kernels/error.hpp"
-#include "../gpu/sampling_plan.hpp"
 #include "../../sampling/chain.hpp"
 #include "../../sampling/samplers/dist.hpp"
 #include "../../sampling/token_data.hpp"
 #include "../../sampling/vocabulary_scan.hpp"
+#include "../gpu/sampling_layout.hpp"
+#include "../gpu/sampling_plan.hpp"
 
 namespace qk::backend::metal::detail::sampling {
 
 namespace gpu_sampling = qk::backend::detail::gpu_sampling;
+namespace layout = qk::backend::gpu::sampling_layout;
 
-// --- the records shared with sampling.metal (its header table spells out every word) ---
+// --- the records shared with sampling.metal: gpu/sampling_layout.hpp spells out every word, and
+// the kernels read the same values from shaders/generated/sampling_layout.h ---
 
-inline constexpr std::uint32_t row_words = 8;
-inline constexpr std::uint32_t op_words = 4;
-inline constexpr std::uint32_t result_words = 8;
-// A list entry is a token_data (id, logit bits, p bits), so the host reads lists in place.
-inline constexpr std::uint32_t list_words = 3;
-inline constexpr std::uint32_t all_rows = 0xffffffffu;
-inline constexpr std::size_t chunk_size = qk::sampling::detail::chunk_size;
-static_assert(sizeof(qk::sampling::token_data) == list_words * 4, "a list entry must be a token_data");
-
-enum row_word : std::uint32_t { row_flags = 0, row_k = 1, row_list_ops = 2, row_list_count = 3 };
-
-enum flag : std::uint32_t {
-    active = 1,
-    max = 2,        // the row's maximum and first argmax at selection time
-    sums = 4,       // chunk exp sums
-    store_exp = 8,  // every exp(x - max) of the row into the exp buffer
-    scale = 16,     // the exp buffer times the host's factor (softmax output)
-    top_k = 32,     // the sorted top-k list
-    list = 64,      // the chain's list ops and its selection from the list
-    list_dist = 128 // that selection is a draw: the kernel writes p, the host draws
-};
-using gpu_sampling::kind;
-using gpu_sampling::none;
-using gpu_sampling::divide;
-using gpu_sampling::bias;
-using gpu_sampling::keep_max;
-using gpu_sampling::keep_top_k;
-static_assert(+active == +gpu_sampling::active && +max == +gpu_sampling::max && +sums == +gpu_sampling::sums &&
-                  +store_exp == +gpu_sampling::whole_row_draw && +top_k == +gpu_sampling::top_k && +list == +gpu_sampling::list &&
-                  +list_dist == +gpu_sampling::list_dist,
-              "the kernels read the plan's flag bits");
-enum status : std::uint32_t { ok = 0, no_candidate = 1, infinite = 2 };
-enum result_word : std::uint32_t { index = 0, max_bits = 1, token = 2, status_word = 3, list_size = 4, factor_bits = 6 };
-
-inline constexpr std::uint32_t max_list_capacity = 2048;
+using layout::row_words;
+using layout::op_words;
+using layout::result_words;
+using layout::list_words; // a list entry is a token_data, so the host reads lists in place
+using layout::all_rows;
+inline constexpr std::size_t chunk_size = layout::chunk_size; // host arithmetic is in size_t
+using layout::max_list_capacity;
+using layout::row_word;
+using layout::row_flags;
+using layout::row_k;
+using layout::row_list_ops;
+using layout::row_list_count;
+using layout::flag;
+using layout::active;
+using layout::max;
+using layout::sums;
+// Metal's name for the whole-row draw flag: the host draws from the exps the kernel stores.
+inline constexpr flag store_exp = layout::whole_row_draw;
+// Metal's name for the softmax flag: scale multiplies the stored exps by the host's factor.
+inline constexpr flag scale = layout::softmax;
+using layout::top_k;
+using layout::list;
+using layout::list_dist;
+using layout::kind;
+using layout::none;
+using layout::divide;
+using layout::bias;
+using layout::keep_max;
+using layout::keep_top_k;
+using layout::status;
+using layout::ok;
+using layout::no_candidate;
+using layout::infinite;
+using layout::result_word;
+using layout::index;
+using layout::max_bits;
+using layout::token;
+using layout::status_word;
+using layout::list_size;
+using layout::factor_bits;
 
 // Threadgroup-memory bytes (at [[threadgroup(0)]]) of each kernel.
 [[nodiscard]] constexpr std::uint32_t argmax_threadgroup_bytes(std::uint32_t threads) noexcept
@@ -89,62 +97,9 @@ using gpu_sampling::temperature_op;
     return gpu_sampling::plan_chain(c, row, n_vocab, capacity, dist_sampler, "qk::backend::metal");
 }
 
-// The words of the rows, ops and biases buffers for a batch of plans (one per row). Stage ops
-// are laid out stage-major (stage * n_seq + row), list ops after them.
-struct records {
-    std::vector<std::uint32_t> rows;
-    std::vector<std::uint32_t> ops;
-    std::vector<std::uint32_t> biases;
-    std::size_t stages = 0;
-    std::vector<bool> keeps_at; // a stage some active row keeps only the maximum at (argmax first)
-};
-
-[[nodiscard]] inline records encode(std::span<const row_plan> plans)
-{
-    records r;
-    const std::size_t n_seq = plans.size();
-    std::size_t list_ops = 0;
-    for (const auto& p : plans) {
-        r.stages = std::max(r.stages, p.stage.size());
-        list_ops += p.list.size();
-    }
-    r.rows.assign(n_seq * row_words, 0);
-    r.ops.assign((r.stages * n_seq + list_ops) * op_words, 0);
-    r.keeps_at.assign(r.stages, false);
-    const auto put = [&](std::size_t at, const op& o) {
-        r.ops[at * op_words + 0] = o.kind;
-        r.ops[at * op_words + 1] = o.param;
-        r.ops[at * op_words + 2] = static_cast<std::uint32_t>(r.biases.size() / 2);
-        r.ops[at * op_words + 3] = static_cast<std::uint32_t>(o.biases.size());
-        for (const auto& [id, value] : o.biases) {
-            r.biases.push_back(static_cast<std::uint32_t>(id));
-            r.biases.push_back(bits(value));
-        }
-    };
-    std::size_t next_list_op = r.stages * n_seq;
-    for (std::size_t row = 0; row < n_seq; ++row) {
-        const row_plan& p = plans[row];
-        std::uint32_t* w = r.rows.data() + row * row_words;
-        w[row_flags] = p.flags;
-        w[row_k] = p.k;
-        w[row_list_ops] = static_cast<std::uint32_t>(next_list_op);
-        w[row_list_count] = static_cast<std::uint32_t>(p.list.size());
-        for (std::size_t j = 0; j < p.stage.size(); ++j) {
-            put(j * n_seq + row, p.stage[j]);
-            r.keeps_at[j] = r.keeps_at[j] || ((p.flags & active) != 0 && p.stage[j].kind == keep_max);
-        }
-        for (const auto& o : p.list) {
-            put(next_list_op++, o);
-        }
-    }
-    // Metal cannot bind an empty buffer: every records buffer holds at least one word.
-    for (auto* v : {&r.rows, &r.ops, &r.biases}) {
-        if (v->empty()) {
-            v->push_back(0);
-        }
-    }
-    return r;
-}
+// The row, op and bias records for a batch of plans (shared with the Vulkan backend).
+using gpu_sampling::records;
+using gpu_sampling::encode;
 
 // --- the dispatches, in order ---
 

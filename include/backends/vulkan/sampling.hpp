@@ -19,6 +19,7 @@
 #include "../../sampling/chain.hpp"
 #include "../../sampling/token_data.hpp"
 #include "../gpu/sampling_plan.hpp"
+#include "../gpu/workspace.hpp"
 #include "device.hpp"
 #include "shaders/generated/sampling_argmax.hpp"
 #include "shaders/generated/sampling_chunks.hpp"
@@ -32,32 +33,29 @@ namespace qk::backend::vulkan {
 namespace detail::sampling {
 
 namespace gpu_sampling = qk::backend::detail::gpu_sampling;
+namespace layout = qk::backend::gpu::sampling_layout;
 
-// The records shared with the kernels (sampling_common.glsl spells out each word).
-inline constexpr std::uint32_t row_words = 8;
-inline constexpr std::uint32_t op_words = 4;
-inline constexpr std::uint32_t result_words = 8;
-inline constexpr std::uint32_t all_rows = 0xffffffffu;
-
-enum flag : std::uint32_t {
-    active = 1,
-    max = 2,
-    sums = 4,
-    draw = 8,
-    factor = 16,
-    top_k = 32,
-    list = 64,
-    list_dist = 128,
-    write_list = 256,
-};
-using gpu_sampling::kind;
-using gpu_sampling::none;
-using gpu_sampling::divide;
-using gpu_sampling::bias;
-using gpu_sampling::keep_max;
-using gpu_sampling::keep_top_k;
-enum status : std::uint32_t { ok = 0, no_candidate = 1, infinite = 2 };
-enum result_word : std::uint32_t { index = 0, max_bits = 1, token = 2, status_word = 3, factor_bits = 6, list_size = 7 };
+// The records shared with the kernels: gpu/sampling_layout.hpp spells out each word, and the
+// shaders read the same values from shaders/generated/sampling_layout.glsl.
+using layout::result_words;
+using layout::list_words;
+using layout::all_rows;
+inline constexpr std::size_t chunk_size = layout::chunk_size; // host arithmetic is in size_t
+using layout::max_list_capacity;
+using layout::active;
+using layout::max;
+using layout::sums;
+using layout::whole_row_draw;
+using layout::softmax;
+using layout::top_k;
+using layout::write_list;
+using layout::bias;
+using layout::ok;
+using layout::no_candidate;
+using layout::infinite;
+using layout::index;
+using layout::token;
+using layout::status_word;
 
 // Seven storage buffers and four words of push constants for every kernel (one host path).
 inline constexpr kernel transform{"sampling_transform", spirv::sampling_transform, 7, 16};
@@ -67,15 +65,8 @@ inline constexpr kernel finish{"sampling_finish", spirv::sampling_finish, 7, 16}
 inline constexpr kernel scale{"sampling_scale", spirv::sampling_scale, 7, 16};
 inline constexpr kernel top_k_kernel{"sampling_top_k", spirv::sampling_top_k, 7, 16};
 
-inline constexpr std::size_t chunk_size = 1024;
-
-using gpu_sampling::bits;
 using gpu_sampling::op;
 using gpu_sampling::row_plan;
-static_assert(+active == +gpu_sampling::active && +max == +gpu_sampling::max && +sums == +gpu_sampling::sums &&
-                  +draw == +gpu_sampling::whole_row_draw && +top_k == +gpu_sampling::top_k && +list == +gpu_sampling::list &&
-                  +list_dist == +gpu_sampling::list_dist,
-              "the kernels read the plan's flag bits");
 
 } // namespace detail::sampling
 
@@ -105,7 +96,7 @@ public:
                              "' has no shaderFloat64; the exact sampling kernels need double arithmetic");
         }
         workgroup_ = f.max_workgroup_invocations >= 256 ? 256 : 128;
-        capacity_ = f.shared_memory_bytes >= 28 * 1024 ? 2048 : 1024;
+        capacity_ = f.shared_memory_bytes >= 28 * 1024 ? detail::sampling::max_list_capacity : detail::sampling::max_list_capacity / 2;
         // Builds every pipeline now, with a run in which no row is active.
         namespace s = detail::sampling;
         std::vector<s::row_plan> none(1);
@@ -145,59 +136,20 @@ public:
         const auto vocab = static_cast<std::uint32_t>(n_vocab);
         const auto chunk_count = static_cast<std::uint32_t>((n_vocab + s::chunk_size - 1) / s::chunk_size);
 
-        std::size_t stages = 0;
-        std::size_t list_ops = 0;
-        for (const auto& p : plans) {
-            stages = std::max(stages, p.stage.size());
-            list_ops += p.list.size();
-        }
-        row_words_.assign(n_seq * s::row_words, 0);
-        op_words_.assign((stages * n_seq + list_ops) * s::op_words, 0);
-        bias_words_.clear();
-        std::vector<bool> keeps_at(stages, false);
-        const auto put_op = [&](std::size_t at, const s::op& o) {
-            op_words_[at * s::op_words + 0] = o.kind;
-            op_words_[at * s::op_words + 1] = o.param;
-            op_words_[at * s::op_words + 2] = static_cast<std::uint32_t>(bias_words_.size() / 2);
-            op_words_[at * s::op_words + 3] = static_cast<std::uint32_t>(o.biases.size());
-            for (const auto& [id, value] : o.biases) {
-                bias_words_.push_back(static_cast<std::uint32_t>(id));
-                bias_words_.push_back(s::bits(value));
-            }
-        };
-        std::size_t next_list_op = stages * n_seq;
-        for (std::size_t r = 0; r < n_seq; ++r) {
-            const auto& p = plans[r];
-            std::uint32_t* row = row_words_.data() + r * s::row_words;
-            row[0] = p.flags;
-            row[1] = p.k;
-            const auto u = std::bit_cast<std::uint64_t>(p.u);
-            row[2] = static_cast<std::uint32_t>(u);
-            row[3] = static_cast<std::uint32_t>(u >> 32);
-            row[4] = static_cast<std::uint32_t>(next_list_op);
-            row[5] = static_cast<std::uint32_t>(p.list.size());
-            for (std::size_t j = 0; j < p.stage.size(); ++j) {
-                put_op(j * n_seq + r, p.stage[j]);
-                if (p.stage[j].kind == s::keep_max && (p.flags & s::active) != 0) {
-                    keeps_at[j] = true;
-                }
-            }
-            for (const auto& o : p.list) {
-                put_op(next_list_op++, o);
-            }
-        }
+        const s::gpu_sampling::records records = s::gpu_sampling::encode(plans);
+        const std::size_t stages = records.stages;
 
-        const buffer& rows = grow(rows_, row_words_.size() * 4, memory_kind::staging);
-        const buffer& ops = grow(ops_, op_words_.size() * 4, memory_kind::staging);
-        const buffer& biases = grow(biases_, bias_words_.size() * 4, memory_kind::staging);
+        const buffer& rows = grow(rows_, records.rows.size() * 4, memory_kind::staging);
+        const buffer& ops = grow(ops_, records.ops.size() * 4, memory_kind::staging);
+        const buffer& biases = grow(biases_, records.biases.size() * 4, memory_kind::staging);
         const buffer& results = grow(results_, n_seq * s::result_words * 4, memory_kind::staging);
         const buffer& sums = grow(sums_, n_seq * chunk_count * 4, memory_kind::device);
-        grow(lists_, n_seq * capacity_ * 8, memory_kind::device);
+        grow(lists_, n_seq * capacity_ * s::list_words * 4, memory_kind::device);
         const bool copy = how == mode::sample && stages > 0;
         const buffer& values = copy ? grow(work_, n_seq * n_vocab * 4, memory_kind::device) : logits;
-        dev_->upload(rows, row_words_.data(), row_words_.size() * 4);
-        dev_->upload(ops, op_words_.data(), op_words_.size() * 4);
-        dev_->upload(biases, bias_words_.data(), bias_words_.size() * 4);
+        dev_->upload(rows, records.rows.data(), records.rows.size() * 4);
+        dev_->upload(ops, records.ops.data(), records.ops.size() * 4);
+        dev_->upload(biases, records.biases.data(), records.biases.size() * 4);
         result_words_.assign(n_seq * s::result_words, 0);
         dev_->upload(results, result_words_.data(), result_words_.size() * 4);
 
@@ -220,7 +172,7 @@ public:
         }
         if (how == mode::sample || how == mode::in_place || all) {
             for (std::size_t j = 0; j < stages; ++j) {
-                if (keeps_at[j] || all) {
+                if (records.keeps_at[j] || all) {
                     add(s::argmax, static_cast<std::uint32_t>(j), 1, lists_);
                 }
                 add(s::transform, static_cast<std::uint32_t>(j), row_groups, lists_);
@@ -249,17 +201,15 @@ public:
 private:
     const buffer& grow(buffer& b, std::size_t bytes, memory_kind kind)
     {
-        if (b.size() < bytes || !b) {
-            b = buffer();
-            b = dev_->make_buffer(bytes, kind);
+        return gpu::grow(b, bytes, [&](std::size_t n) {
             ++allocations_;
-        }
-        return b;
+            return dev_->make_buffer(n, kind);
+        });
     }
 
     const device* dev_;
     std::uint32_t workgroup_ = 256;
-    std::size_t capacity_ = 2048;
+    std::size_t capacity_ = detail::sampling::max_list_capacity;
     std::size_t allocations_ = 0;
     buffer input_;
     buffer work_;
@@ -270,9 +220,6 @@ private:
     buffer results_;
     buffer sums_;
     buffer lists_;
-    std::vector<std::uint32_t> row_words_;
-    std::vector<std::uint32_t> op_words_;
-    std::vector<std::uint32_t> bias_words_;
     std::vector<std::uint32_t> result_words_;
 };
 
@@ -433,7 +380,7 @@ inline std::vector<std::int32_t> draw(const device& dev, sampling_workspace& ws,
     }
     std::vector<s::row_plan> plans(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
-        plans[r].flags = s::is_active(active, r) ? (s::active | s::max | s::sums | s::draw) : 0u;
+        plans[r].flags = s::is_active(active, r) ? (s::active | s::max | s::sums | s::whole_row_draw) : 0u;
         plans[r].u = u[r];
     }
     ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, nullptr);
@@ -459,7 +406,7 @@ inline std::vector<std::uint8_t> softmax(const device& dev, sampling_workspace& 
     s::check_buffer("softmax (p)", p, n_seq, n_vocab);
     std::vector<s::row_plan> plans(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
-        plans[r].flags = s::is_active(active, r) ? (s::active | s::max | s::sums | s::factor) : 0u;
+        plans[r].flags = s::is_active(active, r) ? (s::active | s::max | s::sums | s::softmax) : 0u;
     }
     ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, &p);
     std::vector<std::uint8_t> written(n_seq, 0);
@@ -493,7 +440,7 @@ inline std::vector<std::vector<qk::sampling::token_data>> top_k(const device& de
         plans[r].k = static_cast<std::uint32_t>(k);
     }
     ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::read, nullptr);
-    std::vector<std::uint32_t> words(n_seq * ws.list_capacity() * 2);
+    std::vector<std::uint32_t> words(n_seq * ws.list_capacity() * s::list_words);
     dev.download(ws.lists(), words.data(), words.size() * 4);
     std::vector<std::vector<qk::sampling::token_data>> out(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
@@ -502,7 +449,7 @@ inline std::vector<std::vector<qk::sampling::token_data>> top_k(const device& de
         }
         out[r].resize(k);
         for (std::size_t i = 0; i < k; ++i) {
-            const std::size_t at = (r * ws.list_capacity() + i) * 2;
+            const std::size_t at = (r * ws.list_capacity() + i) * s::list_words;
             out[r][i] = {static_cast<std::int32_t>(words[at]), std::bit_cast<float>(words[at + 1]), 0.0f};
         }
     }

@@ -29,11 +29,9 @@ struct gemv_args {
     uint blocks_per_row;
 };
 
-// The IQ4_NL grid, and the E2M1 values doubled to integers (the half-scale table undoes it).
-constant float gemv_iq4_values[16] = {-127.0f, -104.0f, -83.0f, -65.0f, -49.0f, -35.0f, -22.0f, -10.0f,
-                                      1.0f,    13.0f,   25.0f,  38.0f,  53.0f,  69.0f,  89.0f,  113.0f};
-constant float gemv_mxfp4_values[16] = {0.0f, 1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  12.0f,
-                                        0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+// iq4_values (the IQ4_NL grid) and mxfp4_values (the E2M1 values doubled to integers, which the
+// half-scale table undoes), as the C++ formats define them.
+#include "generated/value_tables.h"
 
 // A little-endian fp16 at any byte offset.
 inline float gemv_fp16_at(device const uchar* p)
@@ -64,7 +62,7 @@ struct gemv_mxfp4 {
         float s = 0.0f;
         for (uint t = 0; t < 4; ++t) {
             const uint code = qs[t];
-            s += gemv_mxfp4_values[code & 15u] * xs[t] + gemv_mxfp4_values[code >> 4] * xs[t + 16];
+            s += mxfp4_values[code & 15u] * xs[t] + mxfp4_values[code >> 4] * xs[t + 16];
         }
         return e8m0_half[block[0]] * s;
     }
@@ -78,7 +76,7 @@ struct gemv_iq4_nl {
         float s = 0.0f;
         for (uint t = 0; t < 4; ++t) {
             const uint code = qs[t];
-            s += gemv_iq4_values[code & 15u] * xs[t] + gemv_iq4_values[code >> 4] * xs[t + 16];
+            s += iq4_values[code & 15u] * xs[t] + iq4_values[code >> 4] * xs[t + 16];
         }
         return gemv_fp16_at(block) * s;
     }
@@ -97,7 +95,7 @@ struct gemv_iq4_xs {
         float s = 0.0f;
         for (uint t = 0; t < 16; ++t) {
             const uint code = qs[t];
-            s += gemv_iq4_values[code & 15u] * xs[t] + gemv_iq4_values[code >> 4] * xs[t + 16];
+            s += iq4_values[code & 15u] * xs[t] + iq4_values[code >> 4] * xs[t + 16];
         }
         return (gemv_fp16_at(block) * float(scale)) * s;
     }

@@ -18,11 +18,8 @@ layout(push_constant) uniform Shape {
 } shape;
 
 #include "bytes.glsl"
-
-const float iq4_values[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-                                       1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-const float mxfp4_values[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
-                                         0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+// iq4_values and mxfp4_values, as the C++ formats define them.
+#include "generated/value_tables.glsl"
 
 shared float partial[workgroup_size];
 

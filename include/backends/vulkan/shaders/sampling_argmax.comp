@@ -49,7 +49,7 @@ void main()
         results[r + result_index] = index;
         if (shape.param == all_rows) {
             const uint k = best_key[0];
-            results[r + result_max] = value_at(row, index);
+            results[r + result_max_bits] = value_at(row, index);
             results[r + result_token] = index;
             results[r + result_status] = k <= key_minus_infinity ? status_no_candidate
                                          : (k == key_plus_infinity ? status_infinite : status_ok);

@@ -1,13 +1,12 @@
 #version 450
-// The sums of exp(x - max) per chunk of 1024 values in qkern's fixed order (vocabulary_scan.hpp):
-// element j of a chunk goes to lane j % 16, each lane adds its elements in order, and the 16
-// lanes are added as a tree (i += i + 8, + 4, + 2, + 1). Sixteen invocations per chunk, so a
-// workgroup covers workgroup_size / 16 chunks; grid: x over chunks, y rows.
+// The sums of exp(x - max) per chunk of chunk_size values in qkern's fixed order
+// (vocabulary_scan.hpp): element j of a chunk goes to lane j % chunk_lanes, each lane adds its
+// elements in order, and the 16 lanes are added as a tree (i += i + 8, + 4, + 2, + 1). One
+// invocation per lane, so a workgroup covers workgroup_size / chunk_lanes chunks; grid: x over
+// chunks, y rows.
 
 #include "sampling_common.glsl"
 
-const uint lanes = 16u;
-const uint chunk_size = 1024u;
 shared float lane_sum[workgroup_size];
 
 void main()
@@ -18,25 +17,25 @@ void main()
         return;
     }
     const uint t = gl_LocalInvocationID.x;
-    const uint chunk = gl_WorkGroupID.x * (workgroup_size / lanes) + t / lanes;
-    const uint lane = t % lanes;
-    const float max = uintBitsToFloat(results[row * result_words + result_max]);
+    const uint chunk = gl_WorkGroupID.x * (workgroup_size / chunk_lanes) + t / chunk_lanes;
+    const uint lane = t % chunk_lanes;
+    const float max = uintBitsToFloat(results[row * result_words + result_max_bits]);
     precise float sum = 0.0;
     if (chunk < shape.chunks) {
         const uint begin = chunk * chunk_size;
         const uint count = min(chunk_size, shape.n_vocab - begin);
-        for (uint j = lane; j < count; j += lanes) {
+        for (uint j = lane; j < count; j += chunk_lanes) {
             sum = sum + exp_minus_max(value_at(row, begin + j), max);
         }
     }
     lane_sum[t] = sum;
     barrier();
     if (lane == 0u && chunk < shape.chunks) {
-        precise float s[16];
-        for (uint l = 0u; l < lanes; ++l) {
+        precise float s[chunk_lanes];
+        for (uint l = 0u; l < chunk_lanes; ++l) {
             s[l] = lane_sum[t + l];
         }
-        for (uint h = lanes / 2u; h > 0u; h /= 2u) {
+        for (uint h = chunk_lanes / 2u; h > 0u; h /= 2u) {
             for (uint l = 0u; l < h; ++l) {
                 s[l] = s[l] + s[l + h];
             }

@@ -1,14 +1,13 @@
 // Shared by the sampling kernels: their bindings and push constants (one layout for all, so the
-// host builds every step the same way), the row/op/result records (mirrored in sampling.hpp), and
-// qkern's deterministic float arithmetic rebuilt from operations Vulkan rounds correctly.
+// host builds every step the same way), the row/op/result records (generated from
+// gpu/sampling_layout.hpp, as the host reads them), and qkern's deterministic float arithmetic
+// rebuilt from operations Vulkan rounds correctly.
 // Every intermediate is `precise` (NoContraction) so no driver fuses or reassociates it, and
 // special values are recognised from their bits: Vulkan lets drivers assume floats are never
 // NaN or infinite, and may flush denormals, so no float comparison is trusted with those.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint workgroup_size = 256;
-// Longest top-k list a row can hold (the host derives it from the shared memory size).
-layout(constant_id = 1) const uint list_capacity = 2048;
 
 // The float values worked on, as bits: the caller's logits, or the workspace's copy of them.
 layout(std430, set = 0, binding = 0) buffer Values { uint values[]; };
@@ -23,57 +22,15 @@ layout(std430, set = 0, binding = 6) buffer Extra { uint extra[]; };
 layout(push_constant) uniform Shape {
     uint n_seq;
     uint n_vocab;
-    uint chunks; // per row: ceil(n_vocab / 1024)
+    uint chunks; // per row: ceil(n_vocab / chunk_size)
     uint param;  // the kernel's selector (a stage number, or all_rows)
 } shape;
 
-const uint all_rows = 0xffffffffu;
+// The records' words, flags, kinds and statuses, and the limits: gpu/sampling_layout.hpp's values.
+#include "generated/sampling_layout.glsl"
 
-// Row records: row_words words per sequence.
-const uint row_words = 8u;
-const uint row_flags = 0u;
-const uint row_k = 1u;
-const uint row_u_low = 2u;
-const uint row_u_high = 3u;
-const uint row_list_ops = 4u;   // first list op (index into ops, in op records)
-const uint row_list_count = 5u; // number of list ops
-
-const uint flag_active = 1u;
-const uint flag_max = 2u;        // argmax/max over the whole row at selection time
-const uint flag_sums = 4u;       // chunk exp sums and their total
-const uint flag_draw = 8u;       // categorical draw over the whole row
-const uint flag_factor = 16u;    // softmax factor and output
-const uint flag_top_k = 32u;     // top-k list
-const uint flag_list = 64u;      // list ops and selection from the list
-const uint flag_list_dist = 128u;  // the list selection draws (else greedy)
-const uint flag_write_list = 256u; // the top-k list is written to `extra`
-
-// Op records: op_words words; stage ops first (stage * n_seq + row), list ops after.
-const uint op_words = 4u;
-const uint op_kind = 0u;
-const uint op_param = 1u;  // divisor bits, keep nothing, or k
-const uint op_first = 2u;  // first bias (bias records: id, value bits)
-const uint op_count = 3u;  // number of biases
-const uint kind_none = 0u;
-const uint kind_divide = 1u;
-const uint kind_bias = 2u;
-const uint kind_keep_max = 3u;
-const uint kind_top_k = 4u;
-
-// Result records: result_words words per sequence.
-const uint result_words = 8u;
-const uint result_index = 0u;
-const uint result_max = 1u;
-const uint result_token = 2u;
-const uint result_status = 3u;
-const uint result_total_low = 4u;
-const uint result_total_high = 5u;
-const uint result_factor = 6u;
-const uint result_size = 7u;
-
-const uint status_ok = 0u;
-const uint status_no_candidate = 1u; // nothing above -inf
-const uint status_infinite = 2u;     // a +inf logit
+// Longest top-k list a row can hold (the host derives it from the shared memory size).
+layout(constant_id = 1) const uint list_capacity = max_list_capacity;
 
 const uint bits_minus_infinity = 0xff800000u;
 const uint bits_plus_infinity = 0x7f800000u;

@@ -8,7 +8,6 @@
 
 #include "sampling_common.glsl"
 
-const uint chunk_size = 1024u;
 shared float e[chunk_size];
 shared uint chosen_chunk;
 shared double running_shared;
@@ -33,20 +32,20 @@ void main()
         const uvec2 total_bits = unpackDouble2x32(total);
         results[r + result_total_low] = total_bits.x;
         results[r + result_total_high] = total_bits.y;
-        if (row_has(row, flag_factor)) {
-            results[r + result_factor] = reciprocal_bits(total);
+        if (row_has(row, flag_softmax)) {
+            results[r + result_factor_bits] = reciprocal_bits(total);
         }
         chosen_chunk = 0u;
         running_shared = 0.0LF;
         done = false;
         token = shape.n_vocab;
     }
-    if (!row_has(row, flag_draw)) {
+    if (!row_has(row, flag_whole_row_draw)) {
         return;
     }
     const double u = packDouble2x32(uvec2(row_word(row, row_u_low), row_word(row, row_u_high)));
     precise double threshold = u * total;
-    const float max = uintBitsToFloat(results[r + result_max]);
+    const float max = uintBitsToFloat(results[r + result_max_bits]);
     barrier();
     uint next = 0u; // the chunk to search from, invocation 0's
     while (true) {

@@ -9,15 +9,15 @@ void main()
 {
     const uint row = gl_WorkGroupID.y;
     const uint i = gl_GlobalInvocationID.x;
-    if (row >= shape.n_seq || i >= shape.n_vocab || !row_has(row, flag_active) || !row_has(row, flag_factor)) {
+    if (row >= shape.n_seq || i >= shape.n_vocab || !row_has(row, flag_active) || !row_has(row, flag_softmax)) {
         return;
     }
     const uint r = row * result_words;
     if (results[r + result_status] != status_ok) {
         return;
     }
-    const float max = uintBitsToFloat(results[r + result_max]);
-    const float factor = uintBitsToFloat(results[r + result_factor]);
+    const float max = uintBitsToFloat(results[r + result_max_bits]);
+    const float factor = uintBitsToFloat(results[r + result_factor_bits]);
     const float e = exp_minus_max(value_at(row, i), max);
     extra[row * shape.n_vocab + i] = float_bits_nearest(double_of_bits(floatBitsToUint(e)) * double(factor));
 }

@@ -164,13 +164,14 @@ void main()
     const uint r = row * result_words;
     if (row_has(row, flag_write_list)) {
         for (uint i = t; i < count; i += workgroup_size) {
-            const uint at = (row * list_capacity + i) * 2u;
+            const uint at = (row * list_capacity + i) * list_words; // a token_data, p left 0
             extra[at] = list_id[i];
             extra[at + 1u] = list_value[i];
+            extra[at + 2u] = 0u;
         }
     }
     if (t == 0u) {
-        results[r + result_size] = count;
+        results[r + result_list_size] = count;
         results[r + result_status] = status_ok;
     }
     if (!row_has(row, flag_list)) {
@@ -222,7 +223,7 @@ void main()
                     list_value[i] = bits_minus_infinity;
                 }
             }
-        } else if (kind == kind_top_k) {
+        } else if (kind == kind_keep_top_k) {
             const uint keep = ops[op + op_param];
             if (keep > 0u && keep < count) {
                 barrier();

@@ -24,23 +24,28 @@ inline constexpr char sampling[] = R"qkern_msl(
 // denormals reads them as zero), and divisions whose quotient is subnormal or overflows (the
 // hardware quotient is returned).
 //
-// Buffers (one layout for every kernel; a kernel declares only those it reads or writes):
-//   0 shape    constant sampling_shape {n_seq, n_vocab, chunks = ceil(n_vocab / 1024), param}
+// Buffers (one layout for every kernel; a kernel declares only those it reads or writes). The
+// records' words are those of backends/gpu/sampling_layout.hpp, which the Vulkan kernels share
+// (generated/sampling_layout.h holds their values); Metal leaves the row's uniform and the
+// result's total unread, as the host draws and adds the chunk sums.
+//   0 shape    constant sampling_shape {n_seq, n_vocab, chunks = ceil(n_vocab / chunk_size), param}
 //   1 values   device uint[n_seq * n_vocab]  the float bits worked on (the work copy, or in place)
-//   2 rows     device uint[n_seq * 8]        row records: flags, k, first list op, list op count
+//   2 rows     device uint[n_seq * row_words]  row records: flags, k, first list op, list op count
 //   3 ops      device uint[]                 op records: kind, param, first bias, bias count;
 //                                             stage ops at stage * n_seq + row, list ops after
 //   4 biases   device uint[]                 (token id, bias bits) pairs, sorted by id per op
-//   5 results  device uint[n_seq * 8]        index, max bits, token, status, list size, -,
-//                                             factor bits (written by the host before scale), -
+//   5 results  device uint[n_seq * result_words]  index, max bits, token, status, list size,
+//                                             factor bits (written by the host before scale)
 //   6 sums     device float[n_seq * chunks]  chunk sums
 //   7 extra    device uint[n_seq * n_vocab]  transform(all_rows): the caller's logits (read);
-//                                             chunks: exp(x - max) out (flag store_exp);
+//                                             chunks: exp(x - max) out (flag whole_row_draw);
 //                                             scale: those exps in, probabilities out (in place)
-//   8 lists    device uint[n_seq * capacity * 3]  token_data entries (id, logit bits, p bits)
+//   8 lists    device uint[n_seq * capacity * list_words]  token_data entries (id, logit bits,
+//                                             p bits)
 //
 // Function constants:
-//   sampling_list_capacity  uint  index 0  entries per row in `lists` (a power of two, <= 2048);
+//   sampling_list_capacity  uint  index 0  entries per row in `lists` (a power of two, at most
+//                                          max_list_capacity);
 //                                          only kernel_sampling_top_k uses it
 //
 // Kernels (T = threads per threadgroup: a power of two, 32 <= T <= 1024; one row per y group):
@@ -51,18 +56,19 @@ inline constexpr char sampling[] = R"qkern_msl(
 //       grid (1, n_seq). param == all_rows: rows with flag max or sums get index, max, status;
 //       else rows whose stage `param` op is keep_max get index (run just before that transform).
 //   kernel_sampling_chunks     buffers 0,1,2,5,6,7    tg memory 4 * T bytes
-//       grid (ceil(chunks * 16 / T), n_seq), 16 threads per chunk. Rows with flag sums and status
-//       ok: chunk sums in qkern's fixed order; with store_exp also every exp into extra.
+//       grid (ceil(chunks * chunk_lanes / T), n_seq), chunk_lanes threads per chunk. Rows with flag
+//       sums and status ok: chunk sums in qkern's fixed order; with whole_row_draw also every exp
+//       into extra.
 //   kernel_sampling_scale      buffers 0,2,5,7        tg memory 0
-//       grid (ceil(n_vocab / T), n_seq). Rows with flag scale and status ok: extra *= factor.
+//       grid (ceil(n_vocab / T), n_seq). Rows with flag softmax and status ok: extra *= factor.
 //   kernel_sampling_top_k      buffers 0,1,2,3,4,5,8  tg memory 4 * (256 + 3 * capacity + 2 * T + 4)
 //       grid (1, n_seq). Rows with flag top_k: the sorted top-k list (1 <= k <= min(n_vocab,
 //       capacity)); with flag list the chain's list ops, then greedy (results.token) or, with
 //       list_dist, compute_probabilities (p in the list). lists and results.list_size hold the
 //       final list.
 // The host finishes: total = sum of the chunk sums in double; softmax factor float(1.0 / total)
-// (written to results.factor, then scale); the whole-row draw from sums and the stored exps of
-// the chunk it reaches; the list draw (draw_index in double over the list's p).
+// (written to results.factor_bits, then scale); the whole-row draw from sums and the stored exps
+// of the chunk it reaches; the list draw (draw_index in double over the list's p).
 
 #include <metal_stdlib>
 using namespace metal;
@@ -72,6 +78,72 @@ using namespace metal;
 #pragma METAL fp contract(off)
 #endif
 
+// The records' words, flags, kinds and statuses, and the limits: gpu/sampling_layout.hpp's values.
+// Generated by scripts/generate-shaders.sh from scripts/shader_constants.cpp: do not edit.
+// The GPU sampling records, as include/backends/gpu/sampling_layout.hpp defines and explains them.
+// .metal sources include it after <metal_stdlib>, and the generator pastes it into their
+// embedded text. No include guard: the Linux tests include several .metal files into one
+// translation unit, each in a namespace of its own.
+
+// Row records: row_words words per sequence, written by the host.
+constexpr constant static uint row_words = 8u;
+constexpr constant static uint row_flags = 0u;
+constexpr constant static uint row_k = 1u;
+constexpr constant static uint row_list_ops = 2u;
+constexpr constant static uint row_list_count = 3u;
+constexpr constant static uint row_u_low = 4u;
+constexpr constant static uint row_u_high = 5u;
+
+// Row flags.
+constexpr constant static uint flag_active = 1u;
+constexpr constant static uint flag_max = 2u;
+constexpr constant static uint flag_sums = 4u;
+constexpr constant static uint flag_whole_row_draw = 8u;
+constexpr constant static uint flag_softmax = 16u;
+constexpr constant static uint flag_top_k = 32u;
+constexpr constant static uint flag_list = 64u;
+constexpr constant static uint flag_list_dist = 128u;
+constexpr constant static uint flag_write_list = 256u;
+
+// Op records: op_words words; stage ops at stage * n_seq + row, list ops after them.
+constexpr constant static uint op_words = 4u;
+constexpr constant static uint op_kind = 0u;
+constexpr constant static uint op_param = 1u;
+constexpr constant static uint op_first = 2u;
+constexpr constant static uint op_count = 3u;
+
+// Op kinds.
+constexpr constant static uint kind_none = 0u;
+constexpr constant static uint kind_divide = 1u;
+constexpr constant static uint kind_bias = 2u;
+constexpr constant static uint kind_keep_max = 3u;
+constexpr constant static uint kind_keep_top_k = 4u;
+
+// Result records: result_words words per sequence, written by the kernels.
+constexpr constant static uint result_words = 8u;
+constexpr constant static uint result_index = 0u;
+constexpr constant static uint result_max_bits = 1u;
+constexpr constant static uint result_token = 2u;
+constexpr constant static uint result_status = 3u;
+constexpr constant static uint result_list_size = 4u;
+constexpr constant static uint result_factor_bits = 5u;
+constexpr constant static uint result_total_low = 6u;
+constexpr constant static uint result_total_high = 7u;
+
+// Statuses (result_status).
+constexpr constant static uint status_ok = 0u;
+constexpr constant static uint status_no_candidate = 1u;
+constexpr constant static uint status_infinite = 2u;
+
+// List entries: a token_data (id, logit bits, p bits).
+constexpr constant static uint list_words = 3u;
+
+// Limits, and the chunks of the exp sums (in sampling/vocabulary_scan.hpp's order).
+constexpr constant static uint max_list_capacity = 2048u;
+constexpr constant static uint all_rows = 0xffffffffu;
+constexpr constant static uint chunk_size = 1024u;
+constexpr constant static uint chunk_lanes = 16u;
+
 struct sampling_shape {
     uint n_seq;
     uint n_vocab;
@@ -80,49 +152,6 @@ struct sampling_shape {
 };
 
 constant uint sampling_list_capacity [[function_constant(0)]];
-
-constant uint all_rows = 0xffffffffu;
-constant uint chunk_size = 1024u;
-constant uint chunk_lanes = 16u;
-
-constant uint row_words = 8u;
-constant uint row_flags = 0u;
-constant uint row_k = 1u;
-constant uint row_list_ops = 2u;
-constant uint row_list_count = 3u;
-
-constant uint flag_active = 1u;
-constant uint flag_max = 2u;
-constant uint flag_sums = 4u;
-constant uint flag_store_exp = 8u;
-constant uint flag_scale = 16u;
-constant uint flag_top_k = 32u;
-constant uint flag_list = 64u;
-constant uint flag_list_dist = 128u;
-
-constant uint op_words = 4u;
-constant uint op_kind = 0u;
-constant uint op_param = 1u;
-constant uint op_first = 2u;
-constant uint op_count = 3u;
-constant uint kind_divide = 1u;
-constant uint kind_bias = 2u;
-constant uint kind_keep_max = 3u;
-constant uint kind_top_k = 4u;
-
-constant uint result_words = 8u;
-constant uint result_index = 0u;
-constant uint result_max = 1u;
-constant uint result_token = 2u;
-constant uint result_status = 3u;
-constant uint result_size = 4u;
-constant uint result_factor = 6u;
-
-constant uint status_ok = 0u;
-constant uint status_no_candidate = 1u;
-constant uint status_infinite = 2u;
-
-constant uint list_words = 3u;
 
 constant uint bits_minus_infinity = 0xff800000u;
 constant uint bits_smallest_normal = 0x00800000u;
@@ -463,7 +492,7 @@ kernel void kernel_sampling_argmax(constant sampling_shape& shape [[buffer(0)]],
     device uint* r = results + row * result_words;
     r[result_index] = best;
     if (shape.param == all_rows) {
-        r[result_max] = x[best];
+        r[result_max_bits] = x[best];
         r[result_token] = best;
         r[result_status] = status_of(best_key);
     }
@@ -487,9 +516,9 @@ kernel void kernel_sampling_chunks(constant sampling_shape& shape [[buffer(0)]],
     }
     const uint chunk = (group.x * threads + t) / chunk_lanes;
     const uint lane = t % chunk_lanes;
-    const float max = as_type<float>(results[row * result_words + result_max]);
-    const bool store = row_has(rows, row, flag_store_exp);
-    // Element j of a chunk goes to lane j % 16; each lane adds its elements in order.
+    const float max = as_type<float>(results[row * result_words + result_max_bits]);
+    const bool store = row_has(rows, row, flag_whole_row_draw);
+    // Element j of a chunk goes to lane j % chunk_lanes; each lane adds its elements in order.
     float sum = 0.0f;
     if (chunk < shape.chunks) {
         const uint begin = row * shape.n_vocab + chunk * chunk_size;
@@ -508,7 +537,7 @@ kernel void kernel_sampling_chunks(constant sampling_shape& shape [[buffer(0)]],
         return;
     }
     // The 16 lanes as a tree: i += i + 8, then + 4, + 2, + 1.
-    float s[16];
+    float s[chunk_lanes];
     for (uint l = 0u; l < chunk_lanes; ++l) {
         s[l] = lane_sums[t + l];
     }
@@ -530,7 +559,7 @@ kernel void kernel_sampling_scale(constant sampling_shape& shape [[buffer(0)]],
 {
     const uint row = group.y;
     const uint i = group.x * threads + t;
-    if (row >= shape.n_seq || i >= shape.n_vocab || !row_has(rows, row, flag_active) || !row_has(rows, row, flag_scale)) {
+    if (row >= shape.n_seq || i >= shape.n_vocab || !row_has(rows, row, flag_active) || !row_has(rows, row, flag_softmax)) {
         return;
     }
     const device uint* r = results + row * result_words;
@@ -538,7 +567,7 @@ kernel void kernel_sampling_scale(constant sampling_shape& shape [[buffer(0)]],
         return;
     }
     const uint at = row * shape.n_vocab + i;
-    extra[at] = as_type<uint>(multiply_exact(as_type<float>(extra[at]), as_type<float>(r[result_factor])));
+    extra[at] = as_type<uint>(multiply_exact(as_type<float>(extra[at]), as_type<float>(r[result_factor_bits])));
 }
 
 // --- top-k and the list ---
@@ -766,7 +795,7 @@ kernel void kernel_sampling_top_k(constant sampling_shape& shape [[buffer(0)]],
                         m.value[i] = bits_minus_infinity;
                     }
                 }
-            } else if (kind == kind_top_k) {
+            } else if (kind == kind_keep_top_k) {
                 const uint keep = ops[op + op_param];
                 if (keep > 0u && keep < count) {
                     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -781,7 +810,7 @@ kernel void kernel_sampling_top_k(constant sampling_shape& shape [[buffer(0)]],
     // 5. The selection, on one thread (its sums have one order).
     if (t == 0u) {
         m.shared[1] = status_no_candidate;
-        r[result_size] = count;
+        r[result_list_size] = count;
         r[result_status] = status_ok;
         if (chain && !row_has(rows, row, flag_list_dist)) {
             uint best = 0u;
