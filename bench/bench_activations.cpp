@@ -7,25 +7,15 @@
 #include <qkern.hpp>
 
 #include <cstdint>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace {
 
 constexpr std::size_t values = 4096;
-
-std::vector<float> activations(std::uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(values);
-    for (auto& v : x) {
-        v = dist(rng);
-    }
-    return x;
-}
 
 // Skips (with a message) a tag the running CPU lacks.
 template <class Arch>
@@ -51,7 +41,7 @@ void quantize(benchmark::State& state)
     if (!runnable<Arch>(state)) {
         return;
     }
-    const auto x = activations(11);
+    const auto x = qk_inputs::normal(values, 1.0f, 11);
     std::vector<Block> y(values / qk::format_traits<Block>::block_size);
     for (auto _ : state) {
         qk::quantize<Block, Arch>(x, std::span<Block>(y));
@@ -67,7 +57,7 @@ void kernel(benchmark::State& state)
     if (!runnable<Arch>(state)) {
         return;
     }
-    const auto x = activations(12);
+    const auto x = qk_inputs::normal(values, 1.0f, 12);
     std::vector<Block> y(values / qk::format_traits<Block>::block_size);
     for (auto _ : state) {
         qk::kernels::quantize<Arch>(x.data(), y.data(), y.size(), Arch{});

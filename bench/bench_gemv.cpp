@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "inputs.hpp"
+
 #if QK_HAS_X86_KERNELS
 #include <immintrin.h>
 #endif
@@ -185,12 +187,7 @@ void gemv(benchmark::State& state)
     thread_pool& pool = pool_of(threads);
     const double bandwidth = stream_bandwidth(threads);
     const auto& set = weights<Block>();
-    std::mt19937 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(cols);
-    for (auto& v : x) {
-        v = normal(rng);
-    }
+    const std::vector<float> x = qk_inputs::normal(cols, 1.0f, 1);
     std::vector<float> y(rows);
     std::vector<activation> scratch(qk::gemm_scratch_blocks<Block>(cols));
 

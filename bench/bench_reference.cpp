@@ -5,29 +5,19 @@
 
 #include <qkern.hpp>
 
-#include <random>
 #include <string>
 #include <vector>
 
-namespace {
+#include "inputs.hpp"
 
-std::vector<float> gaussian(std::size_t n, std::uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(n);
-    for (auto& v : x) {
-        v = dist(rng);
-    }
-    return x;
-}
+namespace {
 
 constexpr std::size_t values = 4096;
 
 template <class Block>
 void quantize(benchmark::State& state)
 {
-    const auto x = gaussian(values, 1);
+    const auto x = qk_inputs::normal(values, 1.0f, 1);
     std::vector<Block> y(values / qk::format_traits<Block>::block_size);
     for (auto _ : state) {
         qk::quantize<Block>(x, std::span<Block>(y));
@@ -42,7 +32,7 @@ void quantize(benchmark::State& state)
 template <class Block>
 void dequantize(benchmark::State& state)
 {
-    const auto blocks = qk::quantize<Block>(std::span<const float>(gaussian(values, 2)));
+    const auto blocks = qk::quantize<Block>(std::span<const float>(qk_inputs::normal(values, 1.0f, 2)));
     std::vector<float> y(values);
     for (auto _ : state) {
         qk::dequantize<Block>(blocks, y);
@@ -56,8 +46,8 @@ template <class Block, class Arch>
 void dot(benchmark::State& state)
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
-    const auto w = qk::quantize<Block>(std::span<const float>(gaussian(values, 3)));
-    const auto a = qk::quantize<activation>(std::span<const float>(gaussian(values, 4)));
+    const auto w = qk::quantize<Block>(std::span<const float>(qk_inputs::normal(values, 1.0f, 3)));
+    const auto a = qk::quantize<activation>(std::span<const float>(qk_inputs::normal(values, 1.0f, 4)));
     for (auto _ : state) {
         benchmark::DoNotOptimize(qk::dot<Block, Arch>(w, a));
     }

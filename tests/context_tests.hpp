@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace qk_test {
 
 // The step's inputs, drawn from a fixed seed: W (rows x cols, Q8_0) and x for the mat-vec; a
@@ -47,25 +49,17 @@ inline engine_inputs make_engine_inputs()
     engine_inputs r;
     std::mt19937_64 rng(3);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> wf(in::rows * in::cols);
-    r.x.resize(in::cols);
-    for (auto& v : wf) {
-        v = normal(rng);
-    }
-    for (auto& v : r.x) {
-        v = normal(rng);
-    }
+    // One engine and one distribution for every input, in this order.
+    const std::vector<float> wf = qk_inputs::draws(in::rows * in::cols, normal, rng);
+    r.x = qk_inputs::draws(in::cols, normal, rng);
     r.w = qk::quantize<qk::block_q8_0>(wf);
     r.a.assign(in::n * in::n, 0.0f);
-    r.b.resize(in::n * in::k);
     for (std::int64_t i = 0; i < in::n; ++i) {
         for (std::int64_t j = 0; j <= i; ++j) {
             r.a[i * in::n + j] = i == j ? 2.0f + std::abs(normal(rng)) : normal(rng) / static_cast<float>(in::n);
         }
     }
-    for (auto& v : r.b) {
-        v = normal(rng);
-    }
+    r.b = qk_inputs::draws(in::n * in::k, normal, rng);
     r.logits.resize(in::n_seq * in::n_vocab);
     for (auto& v : r.logits) {
         v = 2.0f * normal(rng);

@@ -1,24 +1,21 @@
 // What the GPU backends' tests (tests/vulkan, tests/metal) hold their kernels to, in one place:
 // solve_tri's residual and forward-error bounds for a device's arithmetic, derived as in
-// solve_tri_reference.hpp, checked against a double solve and the CPU's qk::solve_tri; and the
-// random GGUF blocks the mat-vec tests multiply.
+// solve_tri_reference.hpp, checked against a double solve and the CPU's qk::solve_tri; the
+// rounding bound of a mat-vec; and logits rows in the styles the sampling tests use.
 #pragma once
 
 #include <doctest/doctest.h>
 
-#include <kernels/formats.hpp>
 #include <kernels/solve_tri.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
+#include "inputs.hpp"
 #include "solve_tri_reference.hpp"
 
 namespace qk_test::gpu {
@@ -91,7 +88,7 @@ inline std::vector<double> bounded_residual(const std::vector<double>& m, const 
 // Holds every batch of a device's X (computed with `device_extra` roundings beyond the sum's) to
 // its residual and forward-error bounds, and to the CPU's X (qk::solve_tri<generic>) within the
 // sum of both forward bounds. Returns the elements checked.
-inline std::size_t check_solve_against_cpu(const tri_problem_data<float>& p, const std::vector<float>& x, std::size_t n,
+inline std::size_t check_solve_against_cpu(const qk_inputs::tri_problem_data<float>& p, const std::vector<float>& x, std::size_t n,
                                            std::size_t k, std::size_t batch, const qk::tri_options& opt,
                                            std::size_t device_extra = division_extra_roundings)
 {
@@ -116,35 +113,6 @@ inline std::size_t check_solve_against_cpu(const tri_problem_data<float>& p, con
         }
     }
     return n * k * batch;
-}
-
-// Random GGUF blocks whose scales keep every product in float's normal range: a mat-vec's result
-// is defined for any valid block, not only for those a quantizer would choose, and quantizing
-// large matrices with the IQ4 search would cost the suites seconds.
-template <class Block>
-std::vector<Block> random_blocks(std::size_t count, std::uint64_t seed)
-{
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
-    std::vector<Block> blocks(count);
-    for (auto& block : blocks) {
-        auto* raw = reinterpret_cast<unsigned char*>(&block);
-        for (std::size_t i = 0; i < sizeof(Block); i += 8) {
-            const std::uint64_t word = rng();
-            std::memcpy(raw + i, &word, std::min<std::size_t>(8, sizeof(Block) - i));
-        }
-        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
-            block.e = static_cast<std::uint8_t>(118 + rng() % 16);
-        } else {
-            block.d = qk::fp32_to_fp16(scale(rng));
-        }
-        if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
-            for (auto& q : block.qs) {
-                q = static_cast<std::int8_t>(std::max<int>(q, -127)); // the quantizer's range
-            }
-        }
-    }
-    return blocks;
 }
 
 // The rounding bound of a float sum of n products: n u sum|terms| (u = 2^-24) with a margin of 2

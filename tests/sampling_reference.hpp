@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace qk_test::sampling {
 
 namespace qs = qk::sampling;
@@ -582,34 +584,17 @@ inline std::vector<float> mixed_logits(std::size_t n, std::uint32_t seed, float 
     return x;
 }
 
-inline std::vector<float> normal_logits(std::size_t n, std::uint32_t seed, float scale)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> x(n);
-    for (auto& v : x) {
-        v = d(rng) * scale;
-    }
-    return x;
-}
-
 // A nearly flat distribution: top_p's nucleus then holds most of the vocabulary.
 inline std::vector<float> flat_logits(std::size_t n, std::uint32_t seed)
 {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(0.0f, 0.05f);
-    std::vector<float> x(n);
-    for (auto& v : x) {
-        v = d(rng);
-    }
-    return x;
+    return qk_inputs::uniform(n, 0.0f, 0.05f, seed);
 }
 
 // Logits for the mirostat tests.
 inline std::vector<float> mirostat_logits(std::size_t n, std::uint32_t seed)
 {
     // Both ties and spread, no -inf: every candidate keeps a probability above 0.
-    return seed % 2 == 0 ? tie_logits(n, seed) : normal_logits(n, seed, 2.0f);
+    return seed % 2 == 0 ? tie_logits(n, seed) : qk_inputs::normal(n, 2.0f, seed);
 }
 
 struct named_logits {

@@ -17,8 +17,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <vector>
+
+#include "inputs.hpp"
 
 namespace qk_test {
 
@@ -150,43 +151,6 @@ std::size_t check_solution(const T* a, const T* b, const T* x, std::size_t n, st
         }
     }
     return rows * cols;
-}
-
-// A random well-conditioned problem as ggml's tests and the golden vectors draw it: diagonal
-// magnitudes in [1, 2] with random signs, off-diagonal entries U(-1, 1) / sqrt(n), and junk in
-// [-100, 100] in the triangle a solve must not read.
-template <class T>
-struct tri_problem_data {
-    std::vector<T> a;
-    std::vector<T> b;
-};
-
-template <class T>
-tri_problem_data<T> random_problem(std::size_t n, std::size_t k, std::size_t batch, const qk::tri_options& opt, std::uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<T> unit(-1, 1);
-    std::uniform_real_distribution<T> junk(-100, 100);
-    tri_problem_data<T> p{std::vector<T>(n * n * batch), std::vector<T>(n * k * batch)};
-    const T off = T(1) / std::sqrt(static_cast<T>(n));
-    for (std::size_t q = 0; q < batch; ++q) {
-        for (std::size_t i = 0; i < n; ++i) {
-            for (std::size_t j = 0; j < n; ++j) {
-                T& v = p.a[(q * n + i) * n + j];
-                if (i == j) {
-                    v = (unit(rng) < 0 ? T(-1) : T(1)) * (T(1) + std::abs(unit(rng)));
-                } else if (opt.lower ? j < i : j > i) {
-                    v = unit(rng) * off;
-                } else {
-                    v = junk(rng);
-                }
-            }
-        }
-    }
-    for (auto& v : p.b) {
-        v = unit(rng);
-    }
-    return p;
 }
 
 } // namespace qk_test

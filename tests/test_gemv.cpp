@@ -6,11 +6,11 @@
 #include <backends/cpu/gemv.hpp>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 
+#include "inputs.hpp"
 #include "test_support.hpp"
 
 using namespace qk_test;
@@ -22,41 +22,14 @@ constexpr std::size_t thread_counts[] = {1, 2, 3, 7}; // 7: more threads than co
 constexpr std::size_t row_counts[] = {1, 3, 64, 257};
 constexpr std::size_t max_cols = 4096;
 
-// Random blocks with finite, realistic scales. Quantizing a 257 x 4096 matrix with the IQ4
-// search takes about a second per format, far beyond this suite's budget, and gemv's result is
-// defined for any valid block, not only for blocks a quantizer would choose.
-template <class Block>
-std::vector<Block> random_blocks(std::size_t count, std::uint32_t seed)
-{
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
-    std::vector<Block> blocks(count);
-    for (auto& block : blocks) {
-        auto* raw = reinterpret_cast<unsigned char*>(&block);
-        for (std::size_t i = 0; i < sizeof(Block); i += 8) {
-            const std::uint64_t word = rng();
-            std::memcpy(raw + i, &word, std::min<std::size_t>(8, sizeof(Block) - i));
-        }
-        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
-            block.e = static_cast<std::uint8_t>(118 + rng() % 16); // 2^-9 .. 2^6, halved
-        } else {
-            block.d = qk::fp32_to_fp16(scale(rng));
-        }
-        if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
-            for (auto& q : block.qs) {
-                q = static_cast<std::int8_t>(std::max<int>(q, -127)); // the quantizer's range
-            }
-        }
-    }
-    return blocks;
-}
-
 // One weight matrix per format, as large as the largest shape; smaller shapes use a prefix of
 // its blocks (any whole number of rows of blocks is a matrix).
 template <class Block>
 const std::vector<Block>& weights()
 {
-    static const auto blocks = random_blocks<Block>(row_counts[3] * max_cols / qk::format_traits<Block>::block_size, 7);
+    // Random blocks, not quantized ones: quantizing a 257 x 4096 matrix with the IQ4 search takes
+    // about a second per format, far beyond this suite's budget.
+    static const auto blocks = qk_inputs::random_blocks<Block>(row_counts[3] * max_cols / qk::format_traits<Block>::block_size, 7);
     return blocks;
 }
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace {
 
 namespace qs = qk::sampling;
@@ -20,12 +22,7 @@ constexpr float inf = std::numeric_limits<float>::infinity();
 std::vector<float> model_logits(std::size_t n, std::uint32_t seed)
 {
     std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    std::vector<float> x(n);
-    for (auto& v : x) {
-        v = normal(rng);
-    }
-    return x;
+    return qk_inputs::draws(n, std::normal_distribution<float>(0.0f, 2.0f), rng);
 }
 
 const char* const every_sampler =

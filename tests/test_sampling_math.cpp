@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace {
 
 namespace sd = qk::sampling::detail;
@@ -122,10 +124,7 @@ TEST_CASE("softmax pass: against softmax in double, NaN as -inf, errors")
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 4.0f);
     for (const std::size_t n : {1u, 5u, 1000u, 1024u, 1025u, 30000u}) {
-        std::vector<float> x(n);
-        for (auto& v : x) {
-            v = normal(rng);
-        }
+        std::vector<float> x = qk_inputs::draws(n, normal, rng); // rng and normal carry over from n to n
         if (n > 4) {
             x[1] = -inf;
             x[3] = std::numeric_limits<float>::quiet_NaN();

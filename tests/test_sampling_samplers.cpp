@@ -18,6 +18,7 @@
 
 #include <sampling/sampling.hpp>
 
+#include "inputs.hpp"
 #include "sampling_reference.hpp"
 
 using namespace qk_test::sampling;
@@ -98,7 +99,7 @@ TEST_CASE("dist: draws land in the chunk the uniform number points at")
 
 TEST_CASE("dist: reseed and copies continue the generator's sequence")
 {
-    const auto x = normal_logits(300, 99, 1.0f);
+    const auto x = qk_inputs::normal(300, 1.0f, 99);
     qs::candidates c;
     c.reset(std::span<const float>(x));
     const auto sums = sums_of(whole_ref(x).items);
@@ -447,7 +448,7 @@ TEST_CASE("xtc: removes the likely candidates but the least likely of them")
     for (const std::size_t n : {std::size_t{2}, std::size_t{5}, std::size_t{37}, std::size_t{1000}, std::size_t{5000}}) {
         inputs.push_back({"ties n=" + std::to_string(n), tie_logits(n, seed++)});
         inputs.push_back({"mixed n=" + std::to_string(n), mixed_logits(n, seed++)});
-        auto peaked = normal_logits(n, seed++, 1.0f);
+        auto peaked = qk_inputs::normal(n, 1.0f, seed++);
         for (std::size_t i = 0; i < std::min<std::size_t>(4, n); ++i) {
             peaked[i * (n / 4)] += 9.0f - static_cast<float>(i) * 0.5f; // a few tokens well above the rest
         }

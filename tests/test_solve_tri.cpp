@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "inputs.hpp"
 #include "solve_tri_reference.hpp"
 #include "test_support.hpp"
 
@@ -37,7 +38,7 @@ std::string describe(const tri_options& opt)
 
 // B and X hold n x k (left) or k x n (right) per batch: n * k either way.
 template <class T>
-std::vector<T> solve(const tri_problem_data<T>& p, std::size_t n, std::size_t k, std::size_t batch, const tri_options& opt,
+std::vector<T> solve(const qk_inputs::tri_problem_data<T>& p, std::size_t n, std::size_t k, std::size_t batch, const tri_options& opt,
                      thread_pool* pool = nullptr)
 {
     std::vector<T> x(n * k * batch, std::numeric_limits<T>::quiet_NaN());
@@ -70,7 +71,7 @@ TEST_CASE_TEMPLATE("solve_tri: every variant within the substitution error bound
                 CAPTURE(describe(opt));
                 CAPTURE(n);
                 CAPTURE(k);
-                const auto p = random_problem<T>(n, k, batch, opt, static_cast<std::uint32_t>(n * 1000 + k));
+                const auto p = qk_inputs::random_tri_problem<T>(n, k, batch, opt, static_cast<std::uint32_t>(n * 1000 + k));
                 const std::vector<T> x = solve(p, n, k, batch, opt);
                 for (std::size_t q = 0; q < batch; ++q) {
                     checked += check_solution(p.a.data() + q * n * n, p.b.data() + q * n * k, x.data() + q * n * k, n, k, opt);
@@ -130,7 +131,7 @@ TEST_CASE("solve_tri gives the same bits on any thread count and for in-place so
             CAPTURE(describe(opt));
             CAPTURE(n);
             CAPTURE(k);
-            const auto p = random_problem<float>(n, k, batch, opt, 7);
+            const auto p = qk_inputs::random_tri_problem<float>(n, k, batch, opt, 7);
             const std::vector<float> single = solve(p, n, k, batch, opt);
             CHECK(same_bits(single, solve(p, n, k, batch, opt, &two)));
             CHECK(same_bits(single, solve(p, n, k, batch, opt, &three)));
@@ -151,7 +152,7 @@ TEST_CASE("solve_tri on strided views: padded rows, a column slice, two batch di
     constexpr std::int64_t a_row = n + 3;
     for (const tri_options& opt : all_variants()) {
         CAPTURE(describe(opt));
-        const auto p = random_problem<float>(n, k, 2, opt, 11);
+        const auto p = qk_inputs::random_tri_problem<float>(n, k, 2, opt, 11);
         std::vector<float> a_storage(static_cast<std::size_t>(a_row * n * 2), std::numeric_limits<float>::quiet_NaN());
         for (std::int64_t q = 0; q < 2; ++q) {
             for (std::int64_t i = 0; i < n; ++i) {
@@ -169,15 +170,12 @@ TEST_CASE("solve_tri on strided views: padded rows, a column slice, two batch di
         const std::int64_t cols = opt.left ? k : n;
         const std::int64_t b_row = cols + 5;
         std::vector<float> b_storage(static_cast<std::size_t>(b_row * rows * 6));
-        std::vector<float> dense_b(static_cast<std::size_t>(rows * cols * 6));
-        std::mt19937 rng(5);
-        std::uniform_real_distribution<float> unit(-1, 1);
+        const std::vector<float> dense_b = qk_inputs::uniform(static_cast<std::size_t>(rows * cols * 6), -1.0f, 1.0f, 5);
         for (std::int64_t q = 0; q < 6; ++q) {
             for (std::int64_t r = 0; r < rows; ++r) {
                 for (std::int64_t c = 0; c < cols; ++c) {
-                    const float v = unit(rng);
-                    b_storage[static_cast<std::size_t>((q * rows + r) * b_row + c + 2)] = v;
-                    dense_b[static_cast<std::size_t>((q * rows + r) * cols + c)] = v;
+                    b_storage[static_cast<std::size_t>((q * rows + r) * b_row + c + 2)] =
+                        dense_b[static_cast<std::size_t>((q * rows + r) * cols + c)];
                 }
             }
         }
@@ -211,7 +209,7 @@ TEST_CASE("solve_tri broadcasts one A over every batch, through ne = 1 and throu
     constexpr std::int64_t n = 10;
     constexpr std::int64_t k = 4;
     constexpr std::int64_t f = sizeof(float);
-    const auto p = random_problem<float>(n, k, 6, {}, 3);
+    const auto p = qk_inputs::random_tri_problem<float>(n, k, 6, {}, 3);
     std::vector<float> expected(p.b.size());
     std::vector<float> a6;
     for (int q = 0; q < 6; ++q) {
@@ -234,7 +232,7 @@ TEST_CASE("solve_tri never reads the other triangle, nor the diagonal of a unit 
         CAPTURE(describe(opt));
         constexpr std::size_t n = 23;
         constexpr std::size_t k = 18;
-        auto p = random_problem<double>(n, k, 2, opt, 13);
+        auto p = qk_inputs::random_tri_problem<double>(n, k, 2, opt, 13);
         const std::vector<double> x = solve(p, n, k, 2, opt);
         for (std::size_t q = 0; q < 2; ++q) {
             for (std::size_t i = 0; i < n; ++i) {
@@ -256,7 +254,7 @@ TEST_CASE("solve_tri: tiny, huge and infinite pivots divide as IEEE arithmetic d
     constexpr std::size_t k = 20;
     SUBCASE("subnormal and huge pivots (their reciprocals would not be normal numbers)")
     {
-        auto p = random_problem<float>(n, k, 1, {}, 17);
+        auto p = qk_inputs::random_tri_problem<float>(n, k, 1, {}, 17);
         // Row 2: x = b / 1e-39 alone (no other terms, b as small), so that x stays finite.
         p.a[2 * n + 0] = 0.0f;
         p.a[2 * n + 1] = 0.0f;
@@ -274,7 +272,7 @@ TEST_CASE("solve_tri: tiny, huge and infinite pivots divide as IEEE arithmetic d
     }
     SUBCASE("a NaN coefficient poisons the rows after it, and only those")
     {
-        auto p = random_problem<float>(n, k, 1, {}, 19);
+        auto p = qk_inputs::random_tri_problem<float>(n, k, 1, {}, 19);
         p.a[4 * n + 1] = std::numeric_limits<float>::quiet_NaN();
         const std::vector<float> x = solve(p, n, k, 1, {});
         for (std::size_t i = 0; i < n; ++i) {
@@ -285,7 +283,7 @@ TEST_CASE("solve_tri: tiny, huge and infinite pivots divide as IEEE arithmetic d
     }
     SUBCASE("an infinite right-hand side gives infinity in its row and NaN or infinity below")
     {
-        auto p = random_problem<float>(n, k, 1, {}, 23);
+        auto p = qk_inputs::random_tri_problem<float>(n, k, 1, {}, 23);
         p.b[0 * k + 3] = std::numeric_limits<float>::infinity();
         const std::vector<float> x = solve(p, n, k, 1, {});
         CHECK(std::isinf(x[3]));
@@ -298,7 +296,7 @@ TEST_CASE("solve_tri: tiny, huge and infinite pivots divide as IEEE arithmetic d
 
 TEST_CASE("solve_tri rejects bad arguments with a qk::error naming them, before writing X")
 {
-    const auto p = random_problem<float>(4, 3, 2, {}, 29);
+    const auto p = qk_inputs::random_tri_problem<float>(4, 3, 2, {}, 29);
     std::vector<float> x(p.b.size(), 42.0f);
     const auto untouched = [&] {
         for (const float v : x) {

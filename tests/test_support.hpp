@@ -1,17 +1,19 @@
-// Helpers shared by the test suites: golden-vector loading and deterministic random inputs.
+// Helpers shared by the test suites: golden-vector loading, byte and bit views, and the seeded
+// random inputs of inputs.hpp.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <qkern.hpp>
+
+#include "inputs.hpp"
 
 namespace qk_test {
 
@@ -49,16 +51,7 @@ inline std::uint32_t bits(float f)
     return std::bit_cast<std::uint32_t>(f);
 }
 
-// Gaussian values, seeded so every run and machine sees the same inputs.
-inline std::vector<float> normal(std::size_t n, float scale, std::uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(n);
-    for (auto& v : x) {
-        v = dist(rng) * scale;
-    }
-    return x;
-}
+// The suites call the shared Gaussian inputs unqualified, as normal(n, scale, seed).
+using qk_inputs::normal;
 
 } // namespace qk_test

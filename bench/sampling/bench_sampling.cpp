@@ -16,28 +16,22 @@
 #include <string_view>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
 constexpr std::string_view typical_chain = "penalties(last_n=64,repeat=1.1);top_k(40);top_p(0.95);min_p(0.05);temp(0.8);dist(seed=42)";
 
-// Logits shaped like a language model's: a broad body, normal with sigma 3 (the sum of 12
-// uniforms, so the values do not depend on the standard library's normal_distribution), and a
-// head of a few tokens well above it that together hold most of the probability. Without the
-// head, top_p would see a flat distribution and walk deep into the vocabulary, which real
-// models rarely make it do.
+// Logits shaped like a language model's: a broad body, normal with sigma 3 (portable_normal, so
+// the values do not depend on the standard library's normal_distribution), and a head of a few
+// tokens well above it that together hold most of the probability. Without the head, top_p would
+// see a flat distribution and walk deep into the vocabulary, which real models rarely make it do.
 std::vector<float> make_logits(std::size_t n)
 {
     std::mt19937 engine(20250101);
-    std::vector<float> logits(n);
-    for (float& v : logits) {
-        double sum = 0.0;
-        for (int k = 0; k < 12; ++k) {
-            sum += static_cast<double>(engine()) / 4294967296.0;
-        }
-        v = static_cast<float>(3.0 * (sum - 6.0));
-    }
+    std::vector<float> logits = qk_inputs::portable_normal(n, engine, 3.0);
     constexpr float head[] = {18.0f, 17.0f, 16.5f, 16.0f, 15.0f, 14.5f};
     for (const float h : head) {
         logits[engine() % n] = h;

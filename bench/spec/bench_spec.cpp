@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -96,12 +98,7 @@ std::vector<std::int32_t> make_text(std::size_t length)
 std::vector<std::int32_t> make_random(std::size_t length)
 {
     std::mt19937_64 engine(20250302);
-    std::uniform_int_distribution<std::int32_t> token(0, vocabulary - 1);
-    std::vector<std::int32_t> seq(length);
-    for (auto& t : seq) {
-        t = token(engine);
-    }
-    return seq;
+    return qk_inputs::draws(length, std::uniform_int_distribution<std::int32_t>(0, vocabulary - 1), engine);
 }
 
 // One sequence per kind, long enough for the longest context and its window; every context

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "inputs.hpp"
+
 namespace {
 
 namespace vk = qk::backend::vulkan;
@@ -38,25 +40,6 @@ double device_read_bandwidth()
 {
     static const double bandwidth = vk::measure_read_bandwidth(*shared_device());
     return bandwidth;
-}
-
-template <class Block>
-std::vector<Block> random_blocks(std::size_t count)
-{
-    std::mt19937 engine(3);
-    std::vector<Block> blocks(count);
-    auto* bytes = reinterpret_cast<unsigned char*>(blocks.data());
-    for (std::size_t i = 0; i < count * sizeof(Block); ++i) {
-        bytes[i] = static_cast<unsigned char>(engine());
-    }
-    for (Block& b : blocks) {
-        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
-            b.e = static_cast<std::uint8_t>(120 + engine() % 8);
-        } else {
-            b.d = qk::fp32_to_fp16(0.01f);
-        }
-    }
-    return blocks;
 }
 
 void read_bandwidth(benchmark::State& state)
@@ -82,7 +65,7 @@ void gemv(benchmark::State& state)
         return;
     }
     constexpr std::size_t rows = 14336, cols = 4096;
-    const auto w = random_blocks<Block>(rows * cols / qk::format_traits<Block>::block_size);
+    const auto w = qk_inputs::random_blocks_fixed_scale<Block>(rows * cols / qk::format_traits<Block>::block_size, 3);
     const auto m = vk::upload_matrix<Block>(*dev, std::span<const Block>(w), rows, cols);
     vk::gemv_workspace ws(*dev);
     std::vector<float> x(cols, 0.5f), y(rows);
@@ -148,11 +131,7 @@ void sample(benchmark::State& state, const char* chain_text)
     constexpr std::size_t n_vocab = 152064;
     const auto n_seq = static_cast<std::size_t>(state.range(0));
     std::mt19937 engine(7);
-    std::normal_distribution<float> normal(0.0f, 3.0f);
-    std::vector<float> logits(n_seq * n_vocab);
-    for (float& v : logits) {
-        v = normal(engine);
-    }
+    const std::vector<float> logits = qk_inputs::draws(n_seq * n_vocab, std::normal_distribution<float>(0.0f, 3.0f), engine);
     std::vector<qk::sampling::chain> chains;
     for (std::size_t s = 0; s < n_seq; ++s) {
         chains.push_back(qk::sampling::chain::parse(chain_text));

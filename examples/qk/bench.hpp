@@ -6,6 +6,7 @@
 #include "common.hpp"
 #include "files.hpp"
 #include "info.hpp"
+#include "inputs.hpp" // tests/inputs.hpp: the seeded inputs the tests use too
 
 #include <backends/cpu/read_bandwidth.hpp>
 
@@ -15,10 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <random>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -75,29 +74,6 @@ double seconds_per_call(F&& f, double budget)
     return best;
 }
 
-// Blocks of random codes with moderate scales: kernel speed does not depend on the values, and
-// quantizing a 14336 x 4096 matrix with the IQ4 model-file quantizers would take half a minute.
-template <class Block>
-std::vector<Block> random_blocks(std::size_t count, std::uint32_t seed)
-{
-    std::mt19937 engine(seed);
-    std::vector<Block> blocks(count);
-    auto* bytes = reinterpret_cast<unsigned char*>(blocks.data());
-    for (std::size_t i = 0; i < count * sizeof(Block); ++i) {
-        bytes[i] = static_cast<unsigned char>(engine());
-    }
-    for (Block& b : blocks) {
-        if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
-            b.e = static_cast<std::uint8_t>(120 + engine() % 8);
-        } else if constexpr (std::is_same_v<Block, qk::block_q8_K>) {
-            b.d = 0.01f;
-        } else {
-            b.d = qk::fp32_to_fp16(0.01f);
-        }
-    }
-    return blocks;
-}
-
 class progress_line {
 public:
     explicit progress_line(std::size_t total) : total_(total) {}
@@ -140,8 +116,8 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
             constexpr std::size_t size = qk::format_traits<Block>::block_size;
             const std::string name(qk::format_traits<Block>::name);
 
-            const auto w = random_blocks<Block>(dot_values / size, 1);
-            const auto a = random_blocks<activation>(dot_values / qk::format_traits<activation>::block_size, 2);
+            const auto w = qk_inputs::random_blocks_fixed_scale<Block>(dot_values / size, 1);
+            const auto a = qk_inputs::random_blocks_fixed_scale<activation>(dot_values / qk::format_traits<activation>::block_size, 2);
             qk::for_each_runnable(qk::running_cpu(), [&]<class Tag>(Tag) {
                 progress.step(fmt::format("dot {} on {}", name, qk::arch::name<Tag>()));
                 float sink = 0.0f;
@@ -159,7 +135,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
             const std::size_t matrix_blocks = rows * cols / size;
             const std::size_t copies = std::max<std::size_t>(1, ((std::size_t{128} << 20) + matrix_blocks * sizeof(Block) - 1) /
                                                                     (matrix_blocks * sizeof(Block)));
-            const auto matrices = random_blocks<Block>(copies * matrix_blocks, 3);
+            const auto matrices = qk_inputs::random_blocks_fixed_scale<Block>(copies * matrix_blocks, 3);
             std::size_t next = 0;
             std::vector<float> x(cols);
             for (std::size_t i = 0; i < cols; ++i) {
@@ -218,7 +194,8 @@ inline std::vector<measurement> run_vulkan_benchmarks([[maybe_unused]] const ben
             const std::string name(qk::format_traits<Block>::name);
             progress.step(fmt::format("gemv {} on {}", name, dev.facts().name));
             const std::size_t blocks = rows * cols / qk::format_traits<Block>::block_size;
-            const auto m = vk::upload_matrix<Block>(dev, std::span<const Block>(random_blocks<Block>(blocks, 3)), rows, cols);
+            const auto m =
+                vk::upload_matrix<Block>(dev, std::span<const Block>(qk_inputs::random_blocks_fixed_scale<Block>(blocks, 3)), rows, cols);
             const double seconds = seconds_per_call([&] { vk::gemv(dev, ws, m, x, y); }, 4 * opt.seconds);
             const double bytes_per_second = static_cast<double>(m.bytes()) / seconds;
             results.push_back({"gemv", name, arch, 0, seconds * 1e9 / static_cast<double>(blocks),

@@ -1,6 +1,6 @@
 // What several of qk's subcommands share: the build and CPU facts they print, the kernels the tool
-// runs (qk::dispatch's pick for this CPU), the tour's and sample's data generator, and how main()
-// wires a subcommand in (command, wire). Every subcommand header includes this one.
+// runs (qk::dispatch's pick for this CPU), and how main() wires a subcommand in (command, wire).
+// Every subcommand header includes this one; their random inputs come from tests/inputs.hpp.
 #pragma once
 
 #include <qkern.hpp>
@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -83,23 +82,6 @@ inline void check_backend(const std::string& backend)
     if (backend == "vulkan" && !qk::backend::vulkan::enabled) {
         throw qk::error("--backend vulkan: this qk was built without the Vulkan backend (configure with -DQKERN_VULKAN=ON)");
     }
-}
-
-// Gaussian-ish values that are the same on every platform: std::mt19937's output sequence is
-// fixed by the standard, but std::normal_distribution's algorithm is not, so the sum of 12
-// uniforms (Irwin-Hall: mean 6, variance 1) is taken instead.
-inline std::vector<float> gaussian_values(std::size_t count, std::uint32_t seed)
-{
-    std::mt19937 engine(seed);
-    std::vector<float> values(count);
-    for (float& v : values) {
-        double sum = 0.0;
-        for (int k = 0; k < 12; ++k) {
-            sum += static_cast<double>(engine()) / 4294967296.0;
-        }
-        v = static_cast<float>(sum - 6.0);
-    }
-    return values;
 }
 
 } // namespace qk_tool

@@ -4,6 +4,7 @@
 
 #include "common.hpp"
 #include "files.hpp"
+#include "inputs.hpp" // tests/inputs.hpp: the seeded inputs the tests use too
 
 #include <backends/cpu/context.hpp>
 
@@ -39,7 +40,7 @@ struct sample_options {
 // most of the probability. Fixed generators, so every platform draws the same tokens.
 inline std::vector<float> synthetic_logits(std::size_t n)
 {
-    std::vector<float> logits = gaussian_values(n, 20250101);
+    std::vector<float> logits = qk_inputs::portable_normal(n, 20250101);
     for (float& v : logits) {
         v *= 3.0f;
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "inputs.hpp" // tests/inputs.hpp: the seeded inputs the tests use too
 
 #include <backends/cpu/context.hpp>
 
@@ -12,7 +13,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,8 +23,9 @@ namespace qk_tool {
 
 // ---------------------------------------------------------------------------------------------
 // qk solve: one batched triangular solve on a random well-conditioned problem, timed, with its
-// residual. The problem is drawn as ggml's tests draw theirs: diagonal magnitudes in [1, 2] with
-// random signs, off-diagonal entries U(-1, 1) / sqrt(n), junk in the triangle that is not read.
+// residual. The problem is the tests' (qk_inputs::random_tri_problem), drawn as ggml's tests draw
+// theirs: diagonal magnitudes in [1, 2] with random signs, off-diagonal entries U(-1, 1) / sqrt(n),
+// junk in the triangle that is not read.
 
 struct solve_options {
     std::int64_t n = 64;
@@ -132,28 +133,10 @@ inline int run_solve(const solve_options& opt)
     const auto n = static_cast<std::size_t>(opt.n);
     const auto k = static_cast<std::size_t>(opt.k);
     const auto batch = static_cast<std::size_t>(opt.batch);
-    std::mt19937 rng(20250101);
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    std::uniform_real_distribution<float> junk(-100.0f, 100.0f);
-    std::vector<float> a(n * n * batch);
-    std::vector<float> b(n * k * batch);
+    const auto problem = qk_inputs::random_tri_problem<float>(n, k, batch, tri, 20250101);
+    const std::vector<float>& a = problem.a;
+    const std::vector<float>& b = problem.b;
     std::vector<float> x(b.size());
-    const float off = 1.0f / std::sqrt(static_cast<float>(n));
-    for (std::size_t q = 0; q < batch; ++q) {
-        for (std::size_t i = 0; i < n; ++i) {
-            for (std::size_t j = 0; j < n; ++j) {
-                float& v = a[(q * n + i) * n + j];
-                if (i == j) {
-                    v = (unit(rng) < 0.0f ? -1.0f : 1.0f) * (1.0f + std::abs(unit(rng)));
-                } else {
-                    v = (tri.lower ? j < i : j > i) ? unit(rng) * off : junk(rng);
-                }
-            }
-        }
-    }
-    for (float& v : b) {
-        v = unit(rng);
-    }
 
     const auto solve = [&]<class Context>(Context& context, const std::string& where) {
         double best = 1e300;

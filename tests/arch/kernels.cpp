@@ -15,20 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "../inputs.hpp"
+
 namespace {
 
 using tag = qk::arch::QK_TEST_TAG;
 
-std::vector<float> normal(std::size_t n, float scale, std::uint32_t seed)
-{
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(n);
-    for (auto& v : x) {
-        v = dist(rng) * scale;
-    }
-    return x;
-}
+using qk_inputs::normal;
 
 // A copy of `blocks` starting `offset` units of the block's own alignment past a 64-byte boundary,
 // so kernels meet every placement relative to vector registers that a GGUF file mapped into

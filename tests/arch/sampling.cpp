@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "../inputs.hpp"
+
 namespace {
 
 using tag = qk::arch::QK_TEST_TAG;
@@ -56,11 +58,8 @@ void check_vector_exp()
         using V = xsimd::batch<float, sd::simd_of<Tag>>;
         std::vector<float> inputs = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, -87.0f, -87.33654f, -87.3366f, -88.0f, -100.0f,
                                      -inf, inf, 88.0f, 90.0f, std::numeric_limits<float>::quiet_NaN(), 1e-30f, -1e-30f};
-        std::mt19937 rng(7);
-        std::uniform_real_distribution<float> wide(-90.0f, 90.0f);
-        for (int i = 0; i < 100000; ++i) {
-            inputs.push_back(wide(rng));
-        }
+        const std::vector<float> wide = qk_inputs::uniform(100000, -90.0f, 90.0f, 7);
+        inputs.insert(inputs.end(), wide.begin(), wide.end());
         // Every float in [-1, 0) at a stride, where softmax spends most of its time.
         for (std::uint32_t bits = std::bit_cast<std::uint32_t>(-1.0f); bits > 0x80000000u; bits -= 4099) {
             inputs.push_back(std::bit_cast<float>(bits));

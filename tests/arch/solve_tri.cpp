@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "../inputs.hpp"
 #include "../solve_tri_reference.hpp"
 
 namespace {
@@ -30,7 +31,7 @@ TEST_CASE_TEMPLATE("solve_tri on this tag: every variant within the error bounds
                 CAPTURE(n);
                 CAPTURE(k);
                 constexpr std::size_t batch = 2;
-                const auto p = qk_test::random_problem<T>(n, k, batch, opt, static_cast<std::uint32_t>(31 * n + k));
+                const auto p = qk_inputs::random_tri_problem<T>(n, k, batch, opt, static_cast<std::uint32_t>(31 * n + k));
                 std::vector<T> x(p.b.size());
                 qk::solve_tri<tag>(p.a.data(), p.b.data(), x.data(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), batch, opt,
                                    pool);

@@ -21,6 +21,7 @@
 
 #include "emulator.hpp"
 #include "gpu_reference.hpp"
+#include "inputs.hpp"
 #include "solve_tri_reference.hpp"
 
 // The .metal files' attributes ([[buffer(0)]], ...) are unknown to C++ and ignored by design;
@@ -48,10 +49,10 @@ using metal::uint3;
 using qk::tri_options;
 using qk_test::gpu::all_variants;
 using qk_test::gpu::describe;
-using qk_test::gpu::random_blocks;
+using qk_inputs::random_blocks;
 using qk_test::gpu::rounding_bound;
 // Metal's fast-math division may be off by 2.5 ulp, as Vulkan's (gpu_reference.hpp).
-void check_solution(const qk_test::tri_problem_data<float>& p, const std::vector<float>& x, std::size_t n, std::size_t k,
+void check_solution(const qk_inputs::tri_problem_data<float>& p, const std::vector<float>& x, std::size_t n, std::size_t k,
                     std::size_t batch, const tri_options& opt)
 {
     (void)qk_test::gpu::check_solve_against_cpu(p, x, n, k, batch, opt, qk_test::gpu::division_extra_roundings);
@@ -127,12 +128,7 @@ void check_gemv(std::uint32_t rows, std::uint32_t blocks_per_row, std::uint32_t 
     CAPTURE(cols);
     CAPTURE(nsg);
     const auto w = random_blocks<Block>(std::size_t{rows} * blocks_per_row, seed);
-    std::mt19937_64 rng(seed + 1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(cols);
-    for (auto& v : x) {
-        v = normal(rng);
-    }
+    const std::vector<float> x = qk_inputs::normal<std::mt19937_64>(cols, 1.0f, seed + 1);
     std::vector<float> wf(rows * cols);
     qk::dequantize<Block>(w, wf);
     std::vector<float> y(rows, std::nanf(""));
@@ -194,7 +190,7 @@ TEST_CASE("metal solve_tri: every variant, n and k in place or not, within the d
                 CAPTURE(nsg);
                 CAPTURE(rows);
                 CAPTURE(in_place);
-                const auto p = qk_test::random_problem<float>(n, k, batch, opt, n * 1000 + k * 10 + static_cast<std::uint32_t>(v));
+                const auto p = qk_inputs::random_tri_problem<float>(n, k, batch, opt, n * 1000 + k * 10 + static_cast<std::uint32_t>(v));
                 std::vector<float> x;
                 if (in_place) {
                     x = p.b;
@@ -214,7 +210,7 @@ TEST_CASE("metal solve_tri: every variant, n and k in place or not, within the d
 TEST_CASE("metal solve_tri: threadgroups past args.batch write nothing")
 {
     const tri_options opt{};
-    const auto p = qk_test::random_problem<float>(7, 3, 1, opt, 5);
+    const auto p = qk_inputs::random_tri_problem<float>(7, 3, 1, opt, 5);
     std::vector<float> x(p.b.size(), std::numeric_limits<float>::quiet_NaN());
     namespace s = msl_solve_tri;
     s::fc_nsg = 2;

@@ -21,7 +21,7 @@
 namespace {
 
 namespace vk = qk::backend::vulkan;
-using qk_test::gpu::random_blocks;
+using qk_inputs::random_blocks;
 using qk_test::gpu::rounding_bound;
 
 template <class Block>
@@ -33,12 +33,7 @@ void check_format(std::size_t rows, std::size_t cols, std::uint64_t seed)
     CAPTURE(cols);
     const vk::device& dev = qk_test::vulkan_device();
     const auto w = random_blocks<Block>(rows * cols / traits::block_size, seed);
-    std::mt19937_64 rng(seed + 1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(cols);
-    for (auto& v : x) {
-        v = normal(rng);
-    }
+    const auto x = qk_inputs::normal<std::mt19937_64>(cols, 1.0f, seed + 1);
     std::vector<float> wf(rows * cols);
     qk::dequantize<Block>(w, wf);
     // The activations as the CPU gemv sees them.

@@ -32,7 +32,7 @@ constexpr auto check_against_cpu = [](const auto& p, const auto& x, std::size_t 
 namespace {
 
 
-std::vector<float> device_solve(vk::solve_tri_workspace& ws, const qk_test::tri_problem_data<float>& p, std::size_t n, std::size_t k,
+std::vector<float> device_solve(vk::solve_tri_workspace& ws, const qk_inputs::tri_problem_data<float>& p, std::size_t n, std::size_t k,
                                 std::size_t batch, const tri_options& opt)
 {
     std::vector<float> x(p.b.size(), std::numeric_limits<float>::quiet_NaN());
@@ -88,7 +88,7 @@ TEST_CASE("vulkan solve_tri: every variant and size within the derived error bou
                 REQUIRE(plan.a_in_shared == (n < big));
                 REQUIRE(plan.tile_in_shared);
                 const std::size_t batch = n * k < 400 ? 3 : 2;
-                const auto p = qk_test::random_problem<float>(n, k, batch, opt, static_cast<std::uint32_t>(n * 1000 + k));
+                const auto p = qk_inputs::random_tri_problem<float>(n, k, batch, opt, static_cast<std::uint32_t>(n * 1000 + k));
                 checked += check_against_cpu(p, device_solve(ws, p, n, k, batch, opt), n, k, batch, opt);
             }
         }
@@ -115,7 +115,7 @@ TEST_CASE("vulkan solve_tri: every placement of A and the tile, forced by smalle
                 // beside the unused triangle's float, so both stay in global memory.
                 const forced placements[] = {{"tile only", triangle_bytes - 4, false, true},
                                              {"global only", static_cast<std::uint32_t>(n * sizeof(float)), false, false}};
-                const auto p = qk_test::random_problem<float>(n, k, 2, opt, static_cast<std::uint32_t>(n * 7 + k));
+                const auto p = qk_inputs::random_tri_problem<float>(n, k, 2, opt, static_cast<std::uint32_t>(n * 7 + k));
                 for (const forced& f : placements) {
                     CAPTURE(describe(opt));
                     CAPTURE(n);
@@ -144,7 +144,7 @@ TEST_CASE("vulkan solve_tri in place: X == B on the host, and one buffer as both
             CAPTURE(describe(opt));
             CAPTURE(n);
             const auto ni = static_cast<std::int64_t>(n);
-            const auto p = qk_test::random_problem<float>(n, k, batch, opt, 31);
+            const auto p = qk_inputs::random_tri_problem<float>(n, k, batch, opt, 31);
             const std::vector<float> apart = device_solve(ws, p, n, k, batch, opt);
             std::vector<float> in_place = p.b;
             vk::solve_tri(dev, ws, p.a.data(), in_place.data(), in_place.data(), ni, k, batch, opt);
@@ -178,7 +178,7 @@ TEST_CASE("vulkan solve_tri: grids of several rows of workgroups, and more batch
             constexpr std::size_t batch = 4;
             CAPTURE(describe(opt));
             const vk::solve_tri_plan plan = vk::plan_solve_tri(n, k, shared_bytes());
-            const auto p = qk_test::random_problem<float>(n, k, batch, opt, 37);
+            const auto p = qk_inputs::random_tri_problem<float>(n, k, batch, opt, 37);
             const vk::buffer a = dev.make_buffer(p.a.size() * sizeof(float));
             const vk::buffer b = dev.make_buffer(p.b.size() * sizeof(float));
             const vk::buffer x = dev.make_buffer(p.b.size() * sizeof(float));
@@ -211,7 +211,7 @@ TEST_CASE("vulkan solve_tri: grids of several rows of workgroups, and more batch
         constexpr std::size_t n = 2;
         constexpr std::size_t k = 1;
         const tri_options opt{true, false, false};
-        const auto p = qk_test::random_problem<float>(n, k, batch, opt, 41);
+        const auto p = qk_inputs::random_tri_problem<float>(n, k, batch, opt, 41);
         const std::vector<float> x = device_solve(ws, p, n, k, batch, opt);
         check_against_cpu(p, x, n, k, batch, opt);
     }
@@ -226,7 +226,7 @@ TEST_CASE("vulkan solve_tri never reads the other triangle, nor the diagonal of 
             constexpr std::size_t k = 5;
             CAPTURE(describe(opt));
             CAPTURE(budget);
-            auto p = qk_test::random_problem<float>(n, k, 2, opt, 43);
+            auto p = qk_inputs::random_tri_problem<float>(n, k, 2, opt, 43);
             const vk::solve_tri_plan plan = vk::plan_solve_tri(n, k, budget);
             std::vector<float> before(p.b.size());
             vk::solve_tri(vulkan_device(), ws, p.a.data(), p.b.data(), before.data(), n, k, 2, opt, plan);
@@ -251,7 +251,7 @@ TEST_CASE("vulkan solve_tri rejects bad arguments with a qk::error naming them, 
 {
     const vk::device& dev = vulkan_device();
     vk::solve_tri_workspace ws(dev);
-    const auto p = qk_test::random_problem<float>(4, 3, 2, {}, 29);
+    const auto p = qk_inputs::random_tri_problem<float>(4, 3, 2, {}, 29);
     std::vector<float> x(p.b.size(), 42.0f);
     const auto untouched = [&] {
         for (const float v : x) {
