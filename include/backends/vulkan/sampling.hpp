@@ -18,6 +18,7 @@
 #include "../../kernels/error.hpp"
 #include "../../sampling/chain.hpp"
 #include "../../sampling/token_data.hpp"
+#include "../gpu/sample_checks.hpp"
 #include "../gpu/sampling_plan.hpp"
 #include "../gpu/workspace.hpp"
 #include "device.hpp"
@@ -234,7 +235,7 @@ inline void check_shape(const char* what, const device& dev, const sampling_work
     if (n_seq == 0 || n_vocab == 0) {
         qk::detail::fail("qk::backend::vulkan::", what, ": n_seq=", n_seq, ", n_vocab=", n_vocab, ": both must be at least 1");
     }
-    if (n_seq > 65535 || n_vocab > 0xffffffffu / n_seq) {
+    if (n_seq > gpu::max_sequences || n_vocab > gpu::max_logits / n_seq) {
         qk::detail::fail("qk::backend::vulkan::", what, ": n_seq=", n_seq, " x n_vocab=", n_vocab,
                          " exceeds the kernels' limits (n_seq <= 65535, n_seq * n_vocab < 2^32)");
     }
