@@ -10,6 +10,7 @@
 #include "dot/sse4_2.hpp"
 #include "dot/avx2.hpp"
 #include "dot/avx512bw.hpp"
+#include "dot/avx512vnni.hpp"
 #include "dot/neon64.hpp"
 #include "error.hpp"
 #include "formats.hpp"
