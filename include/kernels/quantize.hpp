@@ -55,23 +55,37 @@ inline bool is_finite_fp16(fp16_bits h) noexcept
 // Rejects NaN and infinity (naming the first), and blocks whose fp16 scale would overflow.
 // Q8_0's scale is amax/127, checked directly. The IQ4 scales stay below 7/120 of amax (the grid
 // value nearest to a scaled value is never below 1/7 of it), so only blocks beyond the fp16
-// range at all need a trial quantization to find out. One pass of plain comparisons: this runs
-// on every quantization, activations included.
-template <class Block>
+// range at all need a trial quantization to find out. This runs on every quantization,
+// activations included, so it starts with one SIMD pass over x (the largest magnitude, on the
+// caller's tag): every bound above grows with amax, so when the largest value of all passes,
+// every block does, and only inputs near a limit take the block-by-block pass that finds the
+// culprit.
+template <class Block, class Arch = arch::native>
 void check_values(std::span<const float> x)
 {
     constexpr std::size_t size = format_traits<Block>::block_size;
     constexpr bool has_fp16_scale = std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_iq4_nl> ||
                                     std::is_same_v<Block, block_iq4_xs>;
+    const float largest = std::bit_cast<float>(kernels::max_magnitude_bits<Arch>(x.data(), x.size(), Arch{}));
+    // (A NaN bit pattern compares false here and falls through to the full pass.)
+    if (largest < std::numeric_limits<float>::infinity()) {
+        if constexpr (std::is_same_v<Block, block_q8_0>) {
+            if (largest / 127.0f < 65520.0f) {
+                return;
+            }
+        } else if constexpr (has_fp16_scale) {
+            if (largest <= 65504.0f) {
+                return;
+            }
+        } else {
+            return;
+        }
+    }
     for (std::size_t b = 0; b < x.size() / size; ++b) {
         const float* block = x.data() + b * size;
-        // max |x| as bits: an integer max that vectorizes; at least 0x7f800000 iff the block
-        // holds an infinity or a NaN.
-        std::int32_t magnitude = 0;
-        for (std::size_t j = 0; j < size; ++j) {
-            magnitude = std::max(magnitude, std::bit_cast<std::int32_t>(block[j]) & 0x7fffffff);
-        }
-        if (magnitude >= 0x7f800000) {
+        // max |x| as bits: at least 0x7f800000 iff the block holds an infinity or a NaN.
+        const std::uint32_t magnitude = kernels::max_magnitude_bits<Arch>(block, size, Arch{});
+        if (magnitude >= 0x7f800000u) {
             const auto bad = std::find_if(block, block + size, [](float v) { return !std::isfinite(v); });
             fail("qk::quantize<", format_traits<Block>::name, ">: x[", static_cast<std::size_t>(bad - x.data()), "] is ", *bad,
                  "; only finite values can be quantized");
@@ -131,7 +145,7 @@ template <block_format Block, class Arch = arch::native>
 void quantize(std::span<const float> x, std::span<Block> y)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
-    detail::check_values<Block>(x);
+    detail::check_values<Block, Arch>(x);
     kernels::quantize<Arch>(x.data(), y.data(), y.size(), Arch{});
 }
 

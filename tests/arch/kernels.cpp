@@ -6,9 +6,12 @@
 
 #include <qkern.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
@@ -269,4 +272,70 @@ TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " match 
                    qk::block_q8_K)
 {
     check_quantizer_edges<Block>();
+}
+
+TEST_CASE("the value check's pass on " QK_TAG_NAME(QK_TEST_TAG) " finds the largest magnitude, infinities and NaNs included")
+{
+    // Expected: the largest |x| as bits, from std::fabs (which clears a NaN's sign too).
+    const auto expected_bits = [](const float* x, std::size_t n) {
+        std::uint32_t largest = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            largest = std::max(largest, std::bit_cast<std::uint32_t>(std::fabs(x[i])));
+        }
+        return largest;
+    };
+    const float planted[] = {-1e30f, 3e38f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+    for (std::size_t n = 0; n <= 150; ++n) {
+        for (std::size_t offset = 0; offset < 4; ++offset) {
+            auto x = normal(n + offset, 1.0f, static_cast<std::uint32_t>(400 + n));
+            const float* start = x.data() + offset;
+            CAPTURE(n);
+            CAPTURE(offset);
+            CHECK(qk::kernels::max_magnitude_bits<tag>(start, n, tag{}) == expected_bits(start, n));
+            for (const std::size_t position : {std::size_t{0}, n / 2, n - 1}) {
+                if (position >= n) {
+                    continue;
+                }
+                for (const float value : planted) {
+                    const float kept = x[offset + position];
+                    x[offset + position] = value;
+                    CAPTURE(position);
+                    CAPTURE(value);
+                    CHECK(qk::kernels::max_magnitude_bits<tag>(start, n, tag{}) == expected_bits(start, n));
+                    x[offset + position] = kept;
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE_TEMPLATE("qk::quantize on " QK_TAG_NAME(QK_TEST_TAG) " rejects what the reference cannot encode, naming it", Block,
+                   qk::block_q8_0, qk::block_q8_K, qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    const auto x = normal(5 * size, 1.0f, 17);
+    for (const std::size_t position : {std::size_t{0}, 2 * size + 7, 5 * size - 1}) {
+        auto bad = x;
+        bad[position] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<Block> y(5);
+        const auto quantize = [&] { qk::quantize<Block, tag>(std::span<const float>(bad), std::span<Block>(y)); };
+        CAPTURE(position);
+        const std::string nan_message = "x[" + std::to_string(position) + "] is nan";
+        CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(nan_message.c_str()), qk::error);
+        bad[position] = -std::numeric_limits<float>::infinity();
+        const std::string inf_message = "x[" + std::to_string(position) + "] is -inf";
+        CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(inf_message.c_str()), qk::error);
+        if constexpr (!std::is_same_v<Block, qk::block_q8_K> && !std::is_same_v<Block, qk::block_mxfp4>) {
+            // Beyond the fp16 scale's range: Q8_0 from 127 * 65520, the IQ4 formats well past 65504.
+            bad[position] = std::is_same_v<Block, qk::block_q8_0> ? 127.0f * 65520.0f : 1e10f;
+            const std::string scale_message = "block " + std::to_string(position / size) + " ";
+            CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(scale_message.c_str()), qk::error);
+            // Just inside it: accepted, and the bytes are the reference's.
+            bad[position] = std::is_same_v<Block, qk::block_q8_0> ? 127.0f * 65504.0f : 2e6f;
+            quantize();
+            const auto expected = qk::quantize<Block, qk::arch::generic>(std::span<const float>(bad));
+            CHECK(std::memcmp(y.data(), expected.data(), y.size() * sizeof(Block)) == 0);
+        }
+    }
 }

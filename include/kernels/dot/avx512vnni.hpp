@@ -89,6 +89,7 @@ QK_TARGET_AVX512VNNI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
     const std::size_t full = blocks - blocks % 8;
     for (std::size_t b = 0; b < full; b += 8) {
         __m512i s[4];
+#pragma GCC unroll 4
         for (std::size_t i = 0; i < 4; ++i) {
             const __m512i codes = k::nibbles2<Arch>(w[b + 2 * i].qs.data(), w[b + 2 * i + 1].qs.data());
             const __m512i ai = k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data());
@@ -127,6 +128,7 @@ QK_TARGET_AVX512VNNI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
                                     k::pair_nibbles<Arch>(c0, codes2, c1), k::pair_nibbles<Arch>(c1, codes3, c2)};
         const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(c0, scales, c1)));
         __m512i s[4];
+#pragma GCC unroll 4
         for (std::size_t i = 0; i < 4; ++i) {
             const __m512i ai = k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data());
             s[i] = avx512vnni_detail::dot_i8<Arch>(k::code_operands<Arch, false>(nibbles[i], magnitudes, ai));
@@ -153,6 +155,7 @@ QK_TARGET_AVX512VNNI float dot(const block_iq4_xs* w, const block_q8_K* a, std::
         const __m256i m = avx2_detail::group_multipliers<Arch>(w[b]);
         __m512i sum0 = _mm512_setzero_si512();
         __m512i sum1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (std::size_t i = 0; i < 4; i += 2) {
             const k::operands x0 = k::iq4_xs_pair<Arch>(w[b], a[b], magnitudes, i);
             const k::operands x1 = k::iq4_xs_pair<Arch>(w[b], a[b], magnitudes, i + 1);

@@ -282,6 +282,28 @@ QK_TARGET_AVX2 void quantize(const float* x, block_q8_K* y, std::size_t blocks, 
     quantize_avx2::q8_K_write<Arch>(x + 256 * (blocks - 1), y + blocks - 1, iscale);
 }
 
+// The argument checks' pass (generic.hpp), four accumulators of vpmaxud.
+template <class Arch>
+QK_TARGET_AVX2 std::uint32_t max_magnitude_bits(const float* x, std::size_t n, arch::requires_arch<arch::avx2>) noexcept
+{
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), magnitude));
+        m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), magnitude));
+        m2 = _mm256_max_epu32(m2, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16)), magnitude));
+        m3 = _mm256_max_epu32(m3, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 24)), magnitude));
+    }
+    const __m256i m8 = _mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3));
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    const std::uint32_t tail = max_magnitude_bits<Arch>(x + i, n - i, arch::generic{});
+    const auto largest = static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+    return largest > tail ? largest : tail;
+}
+
 } // namespace qk::kernels
 
 #endif // QK_HAS_X86_KERNELS

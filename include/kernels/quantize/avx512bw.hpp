@@ -316,6 +316,27 @@ QK_TARGET_AVX512BW void quantize(const float* x, block_q8_K* y, std::size_t bloc
     }
 }
 
+// The argument checks' pass (generic.hpp), four accumulators of vpmaxud.
+template <class Arch>
+QK_TARGET_AVX512BW std::uint32_t max_magnitude_bits(const float* x, std::size_t n, arch::requires_arch<arch::avx512bw>) noexcept
+{
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+    std::size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), magnitude));
+        m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), magnitude));
+        m2 = _mm512_max_epu32(m2, _mm512_and_si512(_mm512_loadu_si512(x + i + 32), magnitude));
+        m3 = _mm512_max_epu32(m3, _mm512_and_si512(_mm512_loadu_si512(x + i + 48), magnitude));
+    }
+    // The last 1..63 values in masked loads (masked-off lanes read as zero and fault nowhere).
+    for (; i < n; i += 16) {
+        const auto lanes = static_cast<__mmask16>(n - i >= 16 ? 0xffffu : (1u << (n - i)) - 1);
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_maskz_loadu_epi32(lanes, x + i), magnitude));
+    }
+    return static_cast<std::uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3))));
+}
+
 } // namespace qk::kernels
 
 #if defined(__GNUC__) && !defined(__clang__)

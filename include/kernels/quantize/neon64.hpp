@@ -137,6 +137,24 @@ QK_TARGET_NEON64 void quantize(const float* x, block_q8_K* y, std::size_t blocks
     }
 }
 
+// The argument checks' pass (generic.hpp), four accumulators of umax.
+template <class Arch>
+QK_TARGET_NEON64 std::uint32_t max_magnitude_bits(const float* x, std::size_t n, arch::requires_arch<arch::neon64>) noexcept
+{
+    const uint32x4_t magnitude = vdupq_n_u32(0x7fffffffu);
+    uint32x4_t m0 = vdupq_n_u32(0), m1 = m0, m2 = m0, m3 = m0;
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = vmaxq_u32(m0, vandq_u32(vreinterpretq_u32_f32(vld1q_f32(x + i)), magnitude));
+        m1 = vmaxq_u32(m1, vandq_u32(vreinterpretq_u32_f32(vld1q_f32(x + i + 4)), magnitude));
+        m2 = vmaxq_u32(m2, vandq_u32(vreinterpretq_u32_f32(vld1q_f32(x + i + 8)), magnitude));
+        m3 = vmaxq_u32(m3, vandq_u32(vreinterpretq_u32_f32(vld1q_f32(x + i + 12)), magnitude));
+    }
+    const std::uint32_t largest = vmaxvq_u32(vmaxq_u32(vmaxq_u32(m0, m1), vmaxq_u32(m2, m3)));
+    const std::uint32_t tail = max_magnitude_bits<Arch>(x + i, n - i, arch::generic{});
+    return largest > tail ? largest : tail;
+}
+
 } // namespace qk::kernels
 
 #endif // QK_HAS_ARM_KERNELS

@@ -287,6 +287,27 @@ QK_TARGET_SSE4_2 void quantize(const float* x, block_q8_K* y, std::size_t blocks
     quantize_sse4_2::q8_K_write<Arch>(x + 256 * (blocks - 1), y + blocks - 1, iscale);
 }
 
+// The argument checks' pass (generic.hpp), four accumulators of pmaxud.
+template <class Arch>
+QK_TARGET_SSE4_2 std::uint32_t max_magnitude_bits(const float* x, std::size_t n, arch::requires_arch<arch::sse4_2>) noexcept
+{
+    const __m128i magnitude = _mm_set1_epi32(0x7fffffff);
+    __m128i m0 = _mm_setzero_si128(), m1 = m0, m2 = m0, m3 = m0;
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm_max_epu32(m0, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)), magnitude));
+        m1 = _mm_max_epu32(m1, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 4)), magnitude));
+        m2 = _mm_max_epu32(m2, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8)), magnitude));
+        m3 = _mm_max_epu32(m3, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 12)), magnitude));
+    }
+    __m128i m = _mm_max_epu32(_mm_max_epu32(m0, m1), _mm_max_epu32(m2, m3));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    const std::uint32_t tail = max_magnitude_bits<Arch>(x + i, n - i, arch::generic{});
+    const auto largest = static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+    return largest > tail ? largest : tail;
+}
+
 } // namespace qk::kernels
 
 #endif // QK_HAS_X86_KERNELS
