@@ -90,7 +90,7 @@ TEST_CASE("dot propagates non-finite scales as IEEE arithmetic does")
 // The one list of tags, spelled out here independently: each architecture's tags, lowest first.
 #if QK_HAS_X86_KERNELS
 static_assert(std::is_same_v<qk::arch::all, qk::arch::tag_list<qk::arch::generic, qk::arch::sse4_2, qk::arch::avx2, qk::arch::avx512bw,
-                                                               qk::arch::avx512vnni>>);
+                                                               qk::arch::avx512vnni, qk::arch::avx512vbmi>>);
 #elif QK_HAS_ARM_KERNELS
 static_assert(std::is_same_v<qk::arch::all, qk::arch::tag_list<qk::arch::generic, qk::arch::neon64, qk::arch::neon64_dotprod>>);
 #endif
@@ -104,7 +104,7 @@ TEST_CASE("tag names are the tags' C++ names, and runs() by name agrees with run
         CHECK(qk::runs(qk::arch::name<Tag>(), cpu) == qk::runs<Tag>(cpu));
     });
 #if QK_HAS_X86_KERNELS
-    CHECK(names == std::vector<std::string>{"generic", "sse4_2", "avx2", "avx512bw", "avx512vnni"});
+    CHECK(names == std::vector<std::string>{"generic", "sse4_2", "avx2", "avx512bw", "avx512vnni", "avx512vbmi"});
 #elif QK_HAS_ARM_KERNELS
     CHECK(names == std::vector<std::string>{"generic", "neon64", "neon64_dotprod"});
 #endif

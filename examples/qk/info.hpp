@@ -96,6 +96,9 @@ inline std::string compiler_enabled_features()
 #if defined(__AVX512VNNI__)
         {true, "avx512vnni"},
 #endif
+#if defined(__AVX512VBMI__)
+        {true, "avx512vbmi"},
+#endif
 #if defined(__ARM_NEON)
         {true, "neon"},
 #endif
@@ -104,7 +107,7 @@ inline std::string compiler_enabled_features()
 #endif
         {false, ""}, // keeps the array non-empty on targets with none of the above
     };
-    return join_present(features, "none of sse2..avx512vnni, neon, dotprod");
+    return join_present(features, "none of sse2..avx512vbmi, neon, dotprod");
 }
 
 // What the running CPU offers of the features qkern has tags for (qk::running_cpu(), which also
@@ -115,7 +118,8 @@ inline std::string cpu_features()
     const feature features[] = {
         {cpu.sse4_2, "sse4.2"},         {cpu.popcnt, "popcnt"},         {cpu.avx2, "avx2"},         {cpu.fma, "fma"},
         {cpu.f16c, "f16c"},             {cpu.avx512f, "avx512f"},       {cpu.avx512bw, "avx512bw"}, {cpu.avx512dq, "avx512dq"},
-        {cpu.avx512vl, "avx512vl"},     {cpu.avx512vnni, "avx512vnni"}, {cpu.neon64, "neon"},       {cpu.dotprod, "dotprod"},
+        {cpu.avx512vl, "avx512vl"},     {cpu.avx512vnni, "avx512vnni"}, {cpu.avx512vbmi, "avx512vbmi"}, {cpu.neon64, "neon"},
+        {cpu.dotprod, "dotprod"},
     };
     return join_present(features, "none of the features qkern has kernels for");
 }

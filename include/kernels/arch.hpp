@@ -1,6 +1,6 @@
 // Architecture tags: the compile-time names of instruction sets that kernels are specialized on.
 // They are xsimd's tag types (which inherit, avx2 -> avx -> ... -> sse2 -> generic) plus ours
-// where xsimd has none (AVX-512 VNNI, Arm's dot-product extension). A kernel overload for a
+// where xsimd has none (AVX-512 VNNI and VBMI, Arm's dot-product extension). A kernel overload for a
 // parent tag also serves its children until a faster overload exists; generic is the last
 // fallback. qk::arch::native is the best tag the compiler flags enable.
 //
@@ -33,6 +33,13 @@ using avx512bw = xsimd::avx512bw;
 struct avx512vnni : xsimd::avx512bw {
     static constexpr unsigned version() noexcept { return xsimd::generic::version(3, 5, 0); }
     static constexpr char const* name() noexcept { return "avx512vnni"; }
+};
+
+// VNNI plus AVX-512 VBMI's byte permutes, vpermb and vpermt2b (Ice Lake, Zen 4): 64-entry table
+// lookups that need no masking of the index bits, and byte gathers across two registers.
+struct avx512vbmi : avx512vnni {
+    static constexpr unsigned version() noexcept { return xsimd::generic::version(3, 6, 0); }
+    static constexpr char const* name() noexcept { return "avx512vbmi"; }
 };
 
 // AArch64 Advanced SIMD.
@@ -88,7 +95,7 @@ struct tag_list {
 // Every tag qkern has kernels for on this architecture, the scalar reference first, each tag
 // after the ones it extends.
 #if QK_HAS_X86_KERNELS
-using all = tag_list<generic, sse4_2, avx2, avx512bw, avx512vnni>;
+using all = tag_list<generic, sse4_2, avx2, avx512bw, avx512vnni, avx512vbmi>;
 #elif QK_HAS_ARM_KERNELS
 using all = tag_list<generic, neon64, neon64_dotprod>;
 #else
@@ -97,6 +104,9 @@ using all = tag_list<generic>;
 
 // The best tag the compiler flags enable. Each tag needs all the features its kernels use.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VBMI__) && defined(__FMA__) && defined(__F16C__)
+using native = avx512vbmi;
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
     defined(__FMA__) && defined(__F16C__)
 using native = avx512vnni;
 #elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__FMA__) && \
@@ -139,6 +149,10 @@ struct xsimd_arch_of<arch::avx2> {
 };
 template <>
 struct xsimd_arch_of<arch::avx512vnni> {
+    using type = xsimd::avx512bw;
+};
+template <>
+struct xsimd_arch_of<arch::avx512vbmi> {
     using type = xsimd::avx512bw;
 };
 template <>

@@ -28,6 +28,7 @@ struct cpu_features {
     bool avx512dq = false;
     bool avx512vl = false;
     bool avx512vnni = false;
+    bool avx512vbmi = false;
     bool neon64 = false;
     bool dotprod = false;
 };
@@ -63,6 +64,7 @@ struct cpu_features {
         f.avx512bw = f.avx512f && ((b >> 30) & 1);
         f.avx512vl = f.avx512f && ((b >> 31) & 1);
         f.avx512vnni = f.avx512f && ((c >> 11) & 1);
+        f.avx512vbmi = f.avx512f && ((c >> 1) & 1);
     }
 #elif defined(__aarch64__)
     f.neon64 = true;
@@ -79,7 +81,9 @@ struct cpu_features {
 template <class Tag>
 [[nodiscard]] constexpr bool runs(const cpu_features& f) noexcept
 {
-    if constexpr (std::is_same_v<Tag, arch::avx512vnni>) {
+    if constexpr (std::is_same_v<Tag, arch::avx512vbmi>) {
+        return runs<arch::avx512vnni>(f) && f.avx512vbmi;
+    } else if constexpr (std::is_same_v<Tag, arch::avx512vnni>) {
         return runs<arch::avx512bw>(f) && f.avx512vnni;
     } else if constexpr (std::is_same_v<Tag, arch::avx512bw>) {
         return runs<arch::avx2>(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;

@@ -11,6 +11,7 @@
 #include "dot/avx2.hpp"
 #include "dot/avx512bw.hpp"
 #include "dot/avx512vnni.hpp"
+#include "dot/avx512vbmi.hpp"
 #include "dot/neon64.hpp"
 #include "error.hpp"
 #include "formats.hpp"

@@ -262,6 +262,45 @@ TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exa
 }
 TEST_CASE_TEMPLATE_APPLY(dot_sums_integers_exactly, qk::weight_formats::tuple);
 
+TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent as the reference does")
+{
+    // Rows of eight blocks (one group of the AVX-512 kernels) and of eleven (a group and a tail),
+    // block j with exponent (first + j) % 256, so every exponent meets every position, subnormal
+    // scales (e = 0, 1) and the largest (e = 255, 2^126 halved) included. Activation scales of
+    // 2^-14 keep most rows finite; rows that overflow must do so as the reference does.
+    for (const std::size_t n : {std::size_t{8}, std::size_t{11}}) {
+        for (unsigned first = 0; first < 256; ++first) {
+            auto w = qk_inputs::random_blocks<qk::block_mxfp4>(n, 500 + first);
+            auto a = qk_inputs::random_blocks<qk::block_q8_0>(n, 900 + first);
+            for (std::size_t j = 0; j < n; ++j) {
+                w[j].e = static_cast<std::uint8_t>((first + j) % 256);
+                a[j].d = qk::fp32_to_fp16(0x1p-14f);
+            }
+            const float reference = qk::dot<qk::block_mxfp4, qk::arch::generic>(w, a);
+            const float simd = qk::dot<qk::block_mxfp4, tag>(w, a);
+            CAPTURE(n);
+            CAPTURE(first);
+            CAPTURE(reference);
+            CAPTURE(simd);
+            if (std::isfinite(reference)) {
+                // The bound of `magnitude`, in double: dequantizing to float overflows for e >= 254.
+                double bound = 0;
+                for (std::size_t j = 0; j < n; ++j) {
+                    double sum = 0;
+                    for (std::size_t i = 0; i < 16; ++i) {
+                        sum += std::abs(qk::mxfp4_values[w[j].qs[i] & 0xf] * a[j].qs[i]) + std::abs(qk::mxfp4_values[w[j].qs[i] >> 4] * a[j].qs[i + 16]);
+                    }
+                    bound += std::ldexp(sum, static_cast<int>(w[j].e) - 128) * qk::fp16_to_fp32(a[j].d);
+                }
+                const double tolerance = 2.0 * (static_cast<double>(n) + 4.0) * 0x1p-24 * bound;
+                CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+            } else {
+                CHECK(std::memcmp(&simd, &reference, sizeof simd) == 0);
+            }
+        }
+    }
+}
+
 TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " write the reference's bytes", Block, qk::block_q8_0,
                    qk::block_q8_K)
 {

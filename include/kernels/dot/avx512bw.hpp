@@ -99,13 +99,20 @@ QK_AVX512BW_INLINE __m512i table(const std::array<std::int8_t, 16>& values) noex
 // The 4-bit codes of two 32-value blocks (16 bytes each: element j in the low nibble of byte j,
 // element j + 16 in its high nibble), as bytes 0-15 in element order: c0's 32 elements in the low
 // half, c1's in the high half.
+// code_bytes2 leaves the other nibble in bits 4-7 (which a vpermb table of the 16 entries repeated
+// four times ignores).
 template <class Arch>
-QK_AVX512BW_INLINE __m512i nibbles2(const std::uint8_t* c0, const std::uint8_t* c1) noexcept
+QK_AVX512BW_INLINE __m512i code_bytes2(const std::uint8_t* c0, const std::uint8_t* c1) noexcept
 {
     const __m512i low = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c0)));
     const __m512i bytes = _mm512_mask_broadcast_i32x4(low, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(c1)));
-    const __m512i shifted = _mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+    return _mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+}
+
+template <class Arch>
+QK_AVX512BW_INLINE __m512i nibbles2(const std::uint8_t* c0, const std::uint8_t* c1) noexcept
+{
+    return _mm512_and_si512(code_bytes2<Arch>(c0, c1), _mm512_set1_epi8(0x0f));
 }
 
 // The same for two consecutive 16-byte groups of codes (IQ4_XS), read as one 32-byte row.
@@ -275,12 +282,18 @@ QK_AVX512BW_INLINE __m512i load_chunk(const block_iq4_nl* x, std::size_t c) noex
 }
 
 // The codes of a pair of blocks laid out by vpermt2w (each group of codes twice), as nibbles.
+// (pair_code_bytes: the other nibble still in bits 4-7, as code_bytes2.)
+template <class Arch>
+QK_AVX512BW_INLINE __m512i pair_code_bytes(__m512i first, __m512i index, __m512i second) noexcept
+{
+    const __m512i bytes = _mm512_permutex2var_epi16(first, index, second);
+    return _mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+}
+
 template <class Arch>
 QK_AVX512BW_INLINE __m512i pair_nibbles(__m512i first, __m512i index, __m512i second) noexcept
 {
-    const __m512i bytes = _mm512_permutex2var_epi16(first, index, second);
-    const __m512i shifted = _mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+    return _mm512_and_si512(pair_code_bytes<Arch>(first, index, second), _mm512_set1_epi8(0x0f));
 }
 
 // The fp16 scales of eight consecutive blocks as floats.

@@ -1,0 +1,178 @@
+// The dot products on the AVX-512 VBMI tag (qk::arch::avx512vbmi, VNNI plus VBMI, a child of
+// avx512vnni): MXFP4 and IQ4_NL against Q8_0, where decoding 4-bit codes is the work. Included by
+// dot.hpp after avx512vnni.hpp, whose loads and scaling they share; checked against dot/generic.hpp.
+// Q8_0 and IQ4_XS take the avx512vnni kernels.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "../arch.hpp"
+#include "../e8m0.hpp"
+#include "../formats.hpp"
+#include "../target.hpp"
+#include "avx2.hpp"
+#include "avx512bw.hpp"
+#include "avx512vnni.hpp"
+
+#if QK_HAS_X86_KERNELS
+#include <immintrin.h>
+
+// g++ 12 warns, wrongly, that the AVX-512 intrinsics' _mm512_undefined_* operands are or may be
+// used uninitialized once they are inlined (GCC bug 105593), as in sampling/deterministic_math.hpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// What VBMI changes: vpermb looks a byte up in a 64-entry table by the low six bits of the index,
+// so a table holding the 16 values four times decodes a code byte whose other nibble is still in
+// bits 4-7 (no masking), and the table can hold the values plus a bias that makes them all
+// non-negative: vpdpbusd then takes the decoded weights as its unsigned operand and the
+// activations as they are, with no sign handling, and the bias times the sum of the activations,
+// one more vpdpbusd against a register of bias bytes, is subtracted. Each 4-byte lane stays an
+// exact integer (at most 4 * 255 * 128 in magnitude), so the sums are the other tags' exactly.
+// That is two instructions where the sign trick of avx512bw.hpp takes three (mask, masked
+// negation, and the masking of the codes before vpshufb).
+namespace qk::kernels::avx512vbmi_detail {
+
+// values[i % 16] + bias, for i < 64.
+constexpr std::array<std::uint8_t, 64> biased_table(const std::array<std::int8_t, 16>& values, int bias) noexcept
+{
+    std::array<std::uint8_t, 64> table{};
+    for (std::size_t i = 0; i < 64; ++i) {
+        table[i] = static_cast<std::uint8_t>(values[i % 16] + bias);
+    }
+    return table;
+}
+
+// The smallest biases that make every value non-negative: MXFP4's doubled E2M1 values reach -12,
+// the IQ4 grid -127.
+inline constexpr int mxfp4_bias = 12;
+inline constexpr int iq4_bias = 127;
+alignas(64) inline constexpr std::array<std::uint8_t, 64> mxfp4_biased = biased_table(mxfp4_values, mxfp4_bias);
+alignas(64) inline constexpr std::array<std::uint8_t, 64> iq4_biased = biased_table(iq4_values, iq4_bias);
+static_assert([] {
+    for (std::size_t i = 0; i < 16; ++i) {
+        if (mxfp4_values[i] + mxfp4_bias < 0 || iq4_values[i] + iq4_bias < 0 || iq4_values[i] + iq4_bias > 255) {
+            return false;
+        }
+    }
+    return true;
+}());
+
+#define QK_AVX512VBMI_INLINE [[gnu::always_inline]] QK_TARGET_AVX512VBMI inline
+
+// The exact int32 sums of the four products in each 4-byte lane of (code bytes decoded through a
+// biased table) x (activations a).
+template <class Arch>
+QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bias, __m512i a) noexcept
+{
+    const __m512i biased = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(codes, table), a);
+    return _mm512_sub_epi32(biased, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a));
+}
+
+// e8m0_half_to_fp32 of eight consecutive blocks' exponents, computed rather than looked up: the
+// exponents are packed in an integer register (as scale_bits4 packs fp16 scales), then
+// (e - 1) << 23 for e >= 2 and the subnormals 0x00200000 << e for e < 2. The two meet at e = 2,
+// and min(e, 2) keeps the subnormal branch from growing past the normal one, so the larger of the
+// two is the answer for every e.
+template <class Arch>
+QK_AVX512VBMI_INLINE __m256 e8m0_half8(const block_mxfp4* x) noexcept
+{
+    std::uint64_t packed = 0;
+#pragma GCC unroll 8
+    for (std::size_t b = 0; b < 8; ++b) {
+        packed |= std::uint64_t{x[b].e} << (8 * b);
+    }
+    auto bits = static_cast<long long>(packed);
+    __asm__("" : "+r"(bits));
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bits));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), _mm256_min_epu32(e, _mm256_set1_epi32(2)));
+    return _mm256_castsi256_ps(_mm256_max_epi32(normal, subnormal));
+}
+
+#undef QK_AVX512VBMI_INLINE
+
+} // namespace qk::kernels::avx512vbmi_detail
+
+namespace qk::kernels {
+
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace k = avx512_detail;
+    namespace v = avx512vbmi_detail;
+    const __m512i table = _mm512_load_si512(v::mxfp4_biased.data());
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(v::mxfp4_bias));
+    __m512 acc0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps();
+    const std::size_t full = blocks - blocks % 8;
+    for (std::size_t b = 0; b < full; b += 8) {
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (std::size_t i = 0; i < 4; ++i) {
+            const __m512i codes = k::code_bytes2<Arch>(w[b + 2 * i].qs.data(), w[b + 2 * i + 1].qs.data());
+            s[i] = v::biased_dot<Arch>(codes, table, bias, k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data()));
+        }
+        k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(v::e8m0_half8<Arch>(w + b), k::scales8<Arch>(a + b)));
+    }
+    float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1));
+    const __m256i values = avx2_detail::table<Arch>(mxfp4_values);
+    for (std::size_t b = full; b < blocks; ++b) {
+        const __m256i s = avx2_detail::dot_i8<Arch>(avx2_detail::decode_nibbles<Arch>(w[b].qs.data(), values),
+                                                    avx2_detail::load32<Arch>(a[b].qs.data()));
+        sum += e8m0_half_table[w[b].e] * avx2_detail::half<Arch>(a[b].d) * static_cast<float>(avx2_detail::reduce_i32<Arch>(s));
+    }
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace k = avx512_detail;
+    namespace v = avx512vbmi_detail;
+    const __m512i table = _mm512_load_si512(v::iq4_biased.data());
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(v::iq4_bias));
+    const __m512i codes0 = _mm512_loadu_si512(k::iq4_nl_octet.codes[0].data());
+    const __m512i codes1 = _mm512_loadu_si512(k::iq4_nl_octet.codes[1].data());
+    const __m512i codes2 = _mm512_loadu_si512(k::iq4_nl_octet.codes[2].data());
+    const __m512i codes3 = _mm512_loadu_si512(k::iq4_nl_octet.codes[3].data());
+    const __m512i scales = _mm512_loadu_si512(k::iq4_nl_octet.scales.data());
+    __m512 acc0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps();
+    const std::size_t full = blocks - blocks % 8;
+    for (std::size_t b = 0; b < full; b += 8) {
+        const __m512i c0 = k::load_chunk<Arch>(w + b, 0);
+        const __m512i c1 = k::load_chunk<Arch>(w + b, 1);
+        const __m512i c2 = k::load_chunk<Arch>(w + b, 2);
+        const __m512i codes[4] = {k::pair_code_bytes<Arch>(c0, codes0, c1), k::pair_code_bytes<Arch>(c0, codes1, c1),
+                                  k::pair_code_bytes<Arch>(c0, codes2, c1), k::pair_code_bytes<Arch>(c1, codes3, c2)};
+        const __m256 dw = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(c0, scales, c1)));
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (std::size_t i = 0; i < 4; ++i) {
+            s[i] = v::biased_dot<Arch>(codes[i], table, bias, k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data()));
+        }
+        k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(dw, k::scales8<Arch>(a + b)));
+    }
+    float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1));
+    const __m256i values = avx2_detail::table<Arch>(iq4_values);
+    for (std::size_t b = full; b < blocks; ++b) {
+        const __m256i s = avx2_detail::dot_i8<Arch>(avx2_detail::decode_nibbles<Arch>(w[b].qs.data(), values),
+                                                    avx2_detail::load32<Arch>(a[b].qs.data()));
+        sum += avx2_detail::half<Arch>(w[b].d) * avx2_detail::half<Arch>(a[b].d) * static_cast<float>(avx2_detail::reduce_i32<Arch>(s));
+    }
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+} // namespace qk::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif // QK_HAS_X86_KERNELS
