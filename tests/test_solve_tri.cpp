@@ -5,6 +5,7 @@
 
 #include <backends/cpu/solve_tri.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -76,6 +77,60 @@ TEST_CASE_TEMPLATE("solve_tri: every variant within the substitution error bound
                 for (std::size_t q = 0; q < batch; ++q) {
                     checked += check_solution(p.a.data() + q * n * n, p.b.data() + q * n * k, x.data() + q * n * k, n, k, opt);
                 }
+            }
+        }
+    }
+    MESSAGE(checked, " elements checked");
+}
+
+TEST_CASE_TEMPLATE("solve_tri: every k from 1 to 40 (wide, narrow and partial column tiles), in place and on strided rows", T, float,
+                   double)
+{
+    // The column tiles are chosen from k (wide ones, then one-vector ones, the last partial), so
+    // every k up to past two vectors of AVX-512 floats; n = 16 is a whole narrow block of rows,
+    // n = 21 leaves a remainder. Strided: B's and X's rows padded by 3, each system read and
+    // written where it lies, in place too.
+    std::size_t checked = 0;
+    for (const tri_options& opt : all_variants()) {
+        for (const std::size_t n : {3, 16, 21}) {
+            for (std::size_t k = 1; k <= 40; ++k) {
+                CAPTURE(describe(opt));
+                CAPTURE(n);
+                CAPTURE(k);
+                constexpr std::size_t batch = 2;
+                const auto p = qk_inputs::random_tri_problem<T>(n, k, batch, opt, static_cast<std::uint32_t>(n * 100 + k));
+                const std::vector<T> x = solve(p, n, k, batch, opt);
+                for (std::size_t q = 0; q < batch; ++q) {
+                    checked += check_solution(p.a.data() + q * n * n, p.b.data() + q * n * k, x.data() + q * n * k, n, k, opt);
+                }
+
+                std::vector<T> in_place = p.b;
+                qk::solve_tri(p.a.data(), in_place.data(), in_place.data(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k),
+                              static_cast<std::int64_t>(batch), opt);
+                CHECK(same_bits(x, in_place));
+
+                const auto rows = static_cast<std::int64_t>(opt.left ? n : k);
+                const auto cols = static_cast<std::int64_t>(opt.left ? k : n);
+                const std::int64_t row = cols + 3;
+                constexpr auto f = static_cast<std::int64_t>(sizeof(T));
+                std::vector<T> padded(static_cast<std::size_t>(row * rows) * batch, std::numeric_limits<T>::quiet_NaN());
+                for (std::int64_t q = 0; q < static_cast<std::int64_t>(batch); ++q) {
+                    for (std::int64_t r = 0; r < rows; ++r) {
+                        std::copy_n(p.b.begin() + (q * rows + r) * cols, cols, padded.begin() + (q * rows + r) * row);
+                    }
+                }
+                const std::vector<T> padded_b = padded;
+                const qk::tensor_view<T> X{padded.data(), {cols, rows, static_cast<std::int64_t>(batch), 1}, {f, f * row, f * row * rows, 0}};
+                const auto ni = static_cast<std::int64_t>(n);
+                qk::solve_tri(qk::tensor_view<const T>::contiguous(p.a.data(), ni, ni, static_cast<std::int64_t>(batch)), X, X, opt);
+                bool same = true;
+                for (std::size_t i = 0; i < padded.size(); ++i) {
+                    const auto r = static_cast<std::int64_t>(i) / row;
+                    const auto c = static_cast<std::int64_t>(i) % row;
+                    const T expected = c < cols ? x[static_cast<std::size_t>(r * cols + c)] : padded_b[i];
+                    same &= std::memcmp(&padded[i], &expected, sizeof(T)) == 0;
+                }
+                CHECK(same);
             }
         }
     }

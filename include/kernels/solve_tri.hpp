@@ -6,9 +6,10 @@
 // Every variant is reduced to one: a forward substitution L' X' = B' with L' lower triangular,
 // where reversing the row order turns "upper" into "lower" and transposing turns a right solve
 // into a left one. A is read in that form where it lies, through strides (its diagonal inverted
-// once per batch), and kernels/solve_tri/tile.hpp solves B' column tile by column tile: in place
-// where B and X have contiguous rows (left solves), else through a packed copy of the tile. So X
-// may be B itself: every block of rows of B is read completely before that block of X is written.
+// once per batch), and kernels/solve_tri/tile.hpp solves B' column tile by column tile (wide
+// tiles, then one vector wide for the rest of k): in place where B and X have contiguous rows (left
+// solves) and the tile is whole, else through a packed copy of the tile. So X may be B itself:
+// every block of rows of B is read completely before that block of X is written.
 #pragma once
 
 #include <algorithm>
@@ -141,10 +142,12 @@ tri_problem check_solve_tri(const tensor_view<const T>& A, const tensor_view<con
     constexpr auto too_many = std::int64_t{1} << 41;
     check_tri_size(n, k, B.ne[3] > too_many / B.ne[2] ? too_many : B.ne[2] * B.ne[3]);
     if (!opt.unit) {
+        const std::int64_t diagonal_step = (A.nb[0] + A.nb[1]) / static_cast<std::int64_t>(sizeof(T));
         for (std::int64_t i3 = 0; i3 < A.ne[3]; ++i3) {
             for (std::int64_t i2 = 0; i2 < A.ne[2]; ++i2) {
+                const T* diagonal = &A.at(0, 0, i2, i3);
                 for (std::int64_t i = 0; i < n; ++i) {
-                    if (A.at(i, i, i2, i3) == T(0)) {
+                    if (diagonal[i * diagonal_step] == T(0)) {
                         fail("qk::solve_tri: A has a zero on its diagonal at batch ", i2 + i3 * A.ne[2], " (", i2, ", ", i3, "), row ", i,
                              "; the system is singular (tri_options::unit ignores the stored diagonal)");
                     }
@@ -168,57 +171,84 @@ template <class T>
 using solve_tri_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
 
 // Solves work items (a batch and a group of its column tiles) one after another, keeping the
-// prepared diagonal of the last batch of A for the next item that uses the same one.
+// prepared diagonal of the last batch of A for the next item that uses the same one. What it does
+// per item counts: an n = k = 16 solve is a few hundred cycles.
 template <class T, class Simd>
 class tri_worker {
     using shape = kernels::solve_tri_detail::tile_shape<T, Simd>;
     using lanes = kernels::solve_tri_detail::lanes<T, Simd>;
     static constexpr std::size_t NR = shape::columns;
+    static constexpr std::size_t W = lanes::width;
 
 public:
+    // The column tiles of k right-hand sides: wide ones of NR columns, then narrow ones of W
+    // (one vector) for the rest, the last of them partial when W does not divide k.
+    [[nodiscard]] static constexpr std::size_t tiles(std::size_t k) noexcept { return k / NR + (k % NR + W - 1) / W; }
+
     tri_worker(const tensor_view<const T>& A, const tensor_view<const T>& B, const tensor_view<T>& X, const tri_problem& p,
                std::size_t tiles_per_item)
-        : A_(A), B_(B), X_(X), p_(p), n_(static_cast<std::size_t>(p.n)), k_(static_cast<std::size_t>(p.k)),
-          tiles_total_((k_ + NR - 1) / NR), tiles_per_item_(tiles_per_item), diag_(n_), tile_(n_ * NR)
+        : A_(A), B_(B), X_(X), p_(p), n_(static_cast<std::size_t>(p.n)), k_(static_cast<std::size_t>(p.k)), tiles_total_(tiles(k_)),
+          tiles_per_item_(tiles_per_item), diag_((n_ + W - 1) / W * W, T(1)), tile_(n_ * (k_ < NR ? W : NR))
     {
     }
 
-    void solve(std::size_t item)
+    // Solves items [first, last): item i is group i % groups of batch i / groups, and batch q is
+    // (q % batch2, q / batch2); divided once here, then counted.
+    void solve(std::size_t first, std::size_t last)
     {
         const std::size_t groups = (tiles_total_ + tiles_per_item_ - 1) / tiles_per_item_;
-        const auto batch = static_cast<std::int64_t>(item / groups);
-        const std::size_t first_tile = item % groups * tiles_per_item_;
+        std::size_t group = first % groups;
+        const auto batch = static_cast<std::int64_t>(first / groups);
+        std::int64_t b2 = batch % p_.batch2;
+        std::int64_t b3 = batch / p_.batch2;
+        for (std::size_t item = first; item < last; ++item) {
+            solve(b2, b3, group * tiles_per_item_);
+            if (++group == groups) {
+                group = 0;
+                if (++b2 == p_.batch2) {
+                    b2 = 0;
+                    ++b3;
+                }
+            }
+        }
+    }
+
+private:
+    // Tiles [first_tile, first_tile + tiles_per_item) of batch (b2, b3).
+    void solve(std::int64_t b2, std::int64_t b3, std::size_t first_tile)
+    {
         const std::size_t last_tile = std::min(first_tile + tiles_per_item_, tiles_total_);
-        const std::int64_t b2 = batch % p_.batch2;
-        const std::int64_t b3 = batch / p_.batch2;
-        const std::int64_t a2 = b2 / p_.repeat2;
-        const std::int64_t a3 = b3 / p_.repeat3;
+        // (Without broadcasting, the usual case, no 64-bit division per item.)
+        const std::int64_t a2 = p_.repeat2 == 1 ? b2 : b2 / p_.repeat2;
+        const std::int64_t a3 = p_.repeat3 == 1 ? b3 : b3 / p_.repeat3;
         if (a2 != a2_ || a3 != a3_) {
             prepare_a(a2, a3);
         }
         const canonical<const T> b = map_b(B_, b2, b3);
         const canonical<T> x = map_b(X_, b2, b3);
         // Rows of B and X with unit column steps (left solves on row-major data) are solved where
-        // they lie; other layouts, and the last tile when k is not a whole number of tiles, go
-        // through a packed copy.
+        // they lie; other layouts, and the last narrow tile when W does not divide k, go through a
+        // packed copy.
         const bool in_place = b.column_step == 1 && x.column_step == 1;
+        const std::size_t wide_tiles = k_ / NR;
         for (std::size_t t = first_tile; t < last_tile; ++t) {
-            const std::size_t c0 = t * NR;
-            const std::size_t width = std::min(NR, k_ - c0);
-            if (in_place && width == NR) {
-                solve({&b(0, c0), b.row_step, &x(0, c0), x.row_step});
+            const bool wide = t < wide_tiles;
+            const std::size_t columns = wide ? NR : W;
+            const std::size_t c0 = wide ? t * NR : wide_tiles * NR + (t - wide_tiles) * W;
+            const std::size_t width = std::min(columns, k_ - c0);
+            if (in_place && width == columns) {
+                solve(wide, {&b(0, c0), b.row_step, &x(0, c0), x.row_step});
                 continue;
             }
-            if (width < NR) {
-                std::fill(tile_.begin(), tile_.end(), T(0)); // the columns past k
+            if (width < columns) {
+                std::fill_n(tile_.begin(), n_ * columns, T(0)); // the columns past k
             }
-            copy_tile(b, c0, width);
-            solve({tile_.data(), NR, tile_.data(), NR});
-            copy_tile(x, c0, width);
+            copy_tile(b, c0, width, columns);
+            solve(wide, {tile_.data(), static_cast<std::ptrdiff_t>(columns), tile_.data(), static_cast<std::ptrdiff_t>(columns)});
+            copy_tile(x, c0, width, columns);
         }
     }
 
-private:
     // One batch of A, B or X in canonical coordinates: element (i, j) is origin[i * row_step +
     // j * column_step]. Reversal makes the steps negative from the far corner; transposition
     // swaps them.
@@ -274,24 +304,24 @@ private:
         }
     }
 
-    // Moves columns [c0, c0 + width) of every row between the tile and the caller's matrix,
-    // walking it along whichever of its dimensions is contiguous (for right solves, B's rows are
-    // the tile's columns).
+    // Moves columns [c0, c0 + width) of every row between the tile (rows of `columns`) and the
+    // caller's matrix, walking it along whichever of its dimensions is contiguous (for right
+    // solves, B's rows are the tile's columns).
     template <class U>
-    void copy_tile(const canonical<U>& m, std::size_t c0, std::size_t width)
+    void copy_tile(const canonical<U>& m, std::size_t c0, std::size_t width, std::size_t columns)
     {
-        if (std::abs(m.row_step) == 1 && lanes::width > 1) {
-            transpose_tile(m, c0, width);
+        if (std::abs(m.row_step) == 1 && W > 1) {
+            transpose_tile(m, c0, width, columns);
         } else if (std::abs(m.row_step) < std::abs(m.column_step)) {
             for (std::size_t c = 0; c < width; ++c) {
                 for (std::size_t i = 0; i < n_; ++i) {
-                    transfer(tile_[i * NR + c], m(i, c0 + c));
+                    transfer(tile_[i * columns + c], m(i, c0 + c));
                 }
             }
         } else {
             for (std::size_t i = 0; i < n_; ++i) {
                 for (std::size_t c = 0; c < width; ++c) {
-                    transfer(tile_[i * NR + c], m(i, c0 + c));
+                    transfer(tile_[i * columns + c], m(i, c0 + c));
                 }
             }
         }
@@ -301,19 +331,18 @@ private:
     // width x width blocks move as vectors through a transpose, the remainders one by one.
     // Reversed rows (row_step -1) are loaded from their lowest address and land in reverse.
     template <class U>
-    void transpose_tile(const canonical<U>& m, std::size_t c0, std::size_t width)
+    void transpose_tile(const canonical<U>& m, std::size_t c0, std::size_t width, std::size_t columns)
     {
-        constexpr std::size_t W = lanes::width;
         constexpr bool to_tile = std::is_const_v<U>;
         const bool reversed = m.row_step < 0;
         const std::size_t rows = n_ - n_ % W;
-        const std::size_t columns = width - width % W;
+        const std::size_t whole = width - width % W;
         typename lanes::vector block[W];
-        for (std::size_t cb = 0; cb < columns; cb += W) {
+        for (std::size_t cb = 0; cb < whole; cb += W) {
             for (std::size_t i0 = 0; i0 < rows; i0 += W) {
                 // Vector l of the caller's side holds caller row (c0 + cb + l), tile rows i0 .. i0 + W - 1.
                 const std::size_t lowest = reversed ? i0 + W - 1 : i0;
-                const auto tile_row = [&](std::size_t l) { return packed_row(reversed ? i0 + W - 1 - l : i0 + l) + cb; };
+                const auto tile_row = [&](std::size_t l) { return tile_.data() + (reversed ? i0 + W - 1 - l : i0 + l) * columns + cb; };
                 if constexpr (to_tile) {
                     for (std::size_t l = 0; l < W; ++l) {
                         block[l] = lanes::load(&m(lowest, c0 + cb + l));
@@ -334,18 +363,22 @@ private:
             }
         }
         for (std::size_t c = 0; c < width; ++c) {
-            for (std::size_t i = c < columns ? rows : 0; i < n_; ++i) {
-                transfer(tile_[i * NR + c], m(i, c0 + c));
+            for (std::size_t i = c < whole ? rows : 0; i < n_; ++i) {
+                transfer(tile_[i * columns + c], m(i, c0 + c));
             }
         }
     }
 
-    [[nodiscard]] T* packed_row(std::size_t i) noexcept { return tile_.data() + i * NR; }
-
-    // The diagonal of A's batch (a2, a3), ready for the kernel.
+    // The diagonal of A's batch (a2, a3), ready for the kernel, in diag_: its first n elements
+    // (the rest, padding to whole vectors, stays one). A unit diagonal is the ones diag_ starts as.
     void prepare_a(std::int64_t a2, std::int64_t a3)
     {
         a_ = map_a(a2, a3);
+        a2_ = a2;
+        a3_ = a3;
+        if (p_.unit) {
+            return;
+        }
         // Multiplying by reciprocals is faster than dividing, and within an ulp of it wherever
         // both the diagonal and its reciprocal are normal numbers; elsewhere (tiny, huge,
         // infinite or NaN pivots) divide, as IEEE arithmetic on the stored values would.
@@ -353,37 +386,37 @@ private:
         // (One comparison pair, false for zero, subnormal, infinite and NaN d.)
         constexpr T smallest_pivot = std::numeric_limits<T>::min();
         constexpr T largest_pivot = T(1) / smallest_pivot;
-        if (p_.unit) {
-            std::fill(diag_.begin(), diag_.end(), T(1));
-        } else {
-            const T* d = &a_(0, 0);
-            const std::ptrdiff_t step = a_.row_step + a_.column_step;
-            for (std::size_t i = 0; i < n_; ++i, d += step) {
-                diag_[i] = *d;
-            }
+        const T* d = &a_(0, 0);
+        const std::ptrdiff_t step = a_.row_step + a_.column_step;
+        for (std::size_t i = 0; i < n_; ++i, d += step) {
+            diag_[i] = *d;
         }
         bool all_safe = true;
-        for (std::size_t i = 0; i < n_; ++i) {
-            const T magnitude = std::abs(diag_[i]);
-            all_safe &= magnitude >= smallest_pivot && magnitude <= largest_pivot;
+        for (std::size_t i = 0; i < diag_.size(); i += W) {
+            all_safe &= lanes::within(lanes::load(&diag_[i]), smallest_pivot, largest_pivot);
         }
         divide_ = !all_safe;
         if (!divide_) {
-            for (std::size_t i = 0; i < n_; ++i) {
-                diag_[i] = T(1) / diag_[i];
+            for (std::size_t i = 0; i < diag_.size(); i += W) {
+                lanes::store(&diag_[i], lanes::divide(lanes::splat(T(1)), lanes::load(&diag_[i])));
             }
         }
-        a2_ = a2;
-        a3_ = a3;
     }
 
-    void solve(const kernels::solve_tri_detail::tile_rows<T>& tile) const noexcept
+    void solve(bool wide, const kernels::solve_tri_detail::tile_rows<T>& tile) const noexcept
     {
-        const kernels::solve_tri_detail::lower_matrix<T> lower{a_.origin, a_.row_step, a_.column_step, diag_.data(), n_};
-        if (divide_) {
-            kernels::solve_tri_detail::solve_tile<T, Simd, true>(lower, tile);
+        namespace kernel = kernels::solve_tri_detail;
+        const kernel::lower_matrix<T> lower{a_.origin, a_.row_step, a_.column_step, diag_.data(), n_};
+        if (wide) {
+            if (divide_) {
+                kernel::solve_tile<T, Simd, shape::rows, shape::vectors, true>(lower, tile);
+            } else {
+                kernel::solve_tile<T, Simd, shape::rows, shape::vectors, false>(lower, tile);
+            }
+        } else if (divide_) {
+            kernel::solve_tile<T, Simd, shape::narrow_rows, 1, true>(lower, tile);
         } else {
-            kernels::solve_tri_detail::solve_tile<T, Simd, false>(lower, tile);
+            kernel::solve_tile<T, Simd, shape::narrow_rows, 1, false>(lower, tile);
         }
     }
 
@@ -422,13 +455,12 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
                      Tasks& pool)
 {
     using simd = arch::xsimd_of<Arch>;
-    using shape = kernels::solve_tri_detail::tile_shape<T, simd>;
     const tri_problem p = check_solve_tri<T>(A, B, X, opt);
 
     // Work items are (batch, group of column tiles): whole batches when one thread runs them (so
     // each A's diagonal is prepared once), else fine enough that every thread gets several items.
     const std::size_t batches = static_cast<std::size_t>(p.batch2 * p.batch3);
-    const std::size_t tiles = (static_cast<std::size_t>(p.k) + shape::columns - 1) / shape::columns;
+    const std::size_t tiles = tri_worker<T, simd>::tiles(static_cast<std::size_t>(p.k));
     const std::size_t threads = pool.size();
     std::size_t tiles_per_item = tiles;
     if (threads > 1) {
@@ -440,9 +472,7 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
 
     const auto run_task = [&](std::size_t task) {
         tri_worker<T, simd> worker(A, B, X, p, tiles_per_item);
-        for (std::size_t item = task * items / tasks; item < (task + 1) * items / tasks; ++item) {
-            worker.solve(item);
-        }
+        worker.solve(task * items / tasks, (task + 1) * items / tasks);
     };
     if (tasks == 1) {
         run_task(0);

@@ -5,6 +5,7 @@
 // "vector" is a single scalar, which makes the same code the scalar reference.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <type_traits>
 
@@ -34,6 +35,12 @@ struct lanes {
         }
 #endif
         return c - a * b;
+    }
+    // Whether every lane's magnitude lies in [lo, hi] (false for NaN).
+    static bool within(const vector& v, T lo, T hi) noexcept
+    {
+        const vector magnitude = xsimd::abs(v);
+        return xsimd::all((magnitude >= vector(lo)) & (magnitude <= vector(hi)));
     }
     // a / b, correctly rounded: xsimd 8's float division on NEON is a reciprocal estimate refined
     // by Newton steps (a few ulps off, and infinite for subnormal b), so AArch64 divides itself.
@@ -95,13 +102,17 @@ struct lanes<T, arch::generic> {
     static void store(T* p, T v) noexcept { *p = v; }
     static T splat(T x) noexcept { return x; }
     static T fnma(T a, T b, T c) noexcept { return c - a * b; }
+    static bool within(T v, T lo, T hi) noexcept { return std::abs(v) >= lo && std::abs(v) <= hi; }
     static T divide(T a, T b) noexcept { return a / b; }
     static void transpose(T*) noexcept {}
 };
 
-// The tile: `rows` rows of `vectors` vectors each, as many accumulators as the register file
+// The tiles: `rows` rows of `vectors` vectors each, as many accumulators as the register file
 // holds with room for one row of the right-hand side and a broadcast coefficient (x86 before
-// AVX-512: 16 registers, 6 x 2 + 3; AVX-512 and AArch64: 32 registers).
+// AVX-512: 16 registers, 6 x 2 + 3; AVX-512 and AArch64: 32 registers). The narrow tile, one
+// vector wide, takes the columns left over from wide tiles (all of them when k is at most one
+// vector, as for n = k = 16, which then needs no copy); with one accumulator a row it takes twice
+// the rows, which halves how often the solved rows are reloaded.
 template <class T, class A>
 struct tile_shape {
     static constexpr bool scalar = std::is_same_v<A, arch::generic>;
@@ -109,6 +120,7 @@ struct tile_shape {
     static constexpr std::size_t rows = scalar ? 4 : wide_register_file ? 8 : 6;
     static constexpr std::size_t vectors = scalar ? 4 : 2;
     static constexpr std::size_t columns = vectors * lanes<T, A>::width;
+    static constexpr std::size_t narrow_rows = scalar ? 4 : wide_register_file ? 16 : 12;
 };
 
 // One column tile of the canonical problem L' X' = B': `columns` right-hand sides, row i of B'
@@ -134,16 +146,14 @@ struct lower_matrix {
     std::size_t n;
 };
 
-// Solves rows [first, first + R) of a tile, R <= rows, given that the rows before are solved.
-template <class T, class A, std::size_t R, bool Divide>
+// Solves rows [first, first + R) of a tile NV vectors wide, given that the rows before are solved.
+template <class T, class A, std::size_t R, std::size_t NV, bool Divide>
 [[gnu::always_inline]] inline void solve_block_row(const lower_matrix<T>& l, const tile_rows<T>& tile, std::size_t first) noexcept
 {
     using L = lanes<T, A>;
-    using shape = tile_shape<T, A>;
     using vector = typename L::vector;
-    constexpr std::size_t NV = shape::vectors;
     constexpr std::size_t W = L::width;
-    static_assert(R >= 1 && R <= shape::rows);
+    static_assert(R >= 1 && NV >= 1);
 
     const auto at = [](auto* base, std::ptrdiff_t stride, std::size_t i) { return base + static_cast<std::ptrdiff_t>(i) * stride; };
     vector acc[R][NV];
@@ -205,30 +215,29 @@ template <class T, class A, std::size_t R, bool Divide>
     }
 }
 
-// The last, partial block of rows: R = remainder, chosen at run time among 1 .. rows - 1.
-template <class T, class A, bool Divide, std::size_t R = 1>
+// The last, partial block of rows: R = remainder, chosen at run time among 1 .. MR - 1.
+template <class T, class A, std::size_t MR, std::size_t NV, bool Divide, std::size_t R = 1>
 inline void solve_last_rows(const lower_matrix<T>& l, const tile_rows<T>& tile, std::size_t first, std::size_t remainder) noexcept
 {
-    if constexpr (R < tile_shape<T, A>::rows) {
+    if constexpr (R < MR) {
         if (remainder == R) {
-            solve_block_row<T, A, R, Divide>(l, tile, first);
+            solve_block_row<T, A, R, NV, Divide>(l, tile, first);
         } else {
-            solve_last_rows<T, A, Divide, R + 1>(l, tile, first, remainder);
+            solve_last_rows<T, A, MR, NV, Divide, R + 1>(l, tile, first, remainder);
         }
     }
 }
 
-// Solves a whole column tile, block of rows after block of rows.
-template <class T, class A, bool Divide>
+// Solves a whole column tile of MR x NV blocks, block of rows after block of rows.
+template <class T, class A, std::size_t MR, std::size_t NV, bool Divide>
 void solve_tile(const lower_matrix<T>& l, const tile_rows<T>& tile) noexcept
 {
-    constexpr std::size_t MR = tile_shape<T, A>::rows;
     std::size_t first = 0;
     for (; first + MR <= l.n; first += MR) {
-        solve_block_row<T, A, MR, Divide>(l, tile, first);
+        solve_block_row<T, A, MR, NV, Divide>(l, tile, first);
     }
     if (first < l.n) {
-        solve_last_rows<T, A, Divide>(l, tile, first, l.n - first);
+        solve_last_rows<T, A, MR, NV, Divide>(l, tile, first, l.n - first);
     }
 }
 
