@@ -87,6 +87,9 @@ inline std::string compiler_enabled_features()
 #if defined(__F16C__)
         {true, "f16c"},
 #endif
+#if defined(__BMI2__)
+        {true, "bmi2"},
+#endif
 #if defined(__AVX512F__)
         {true, "avx512f"},
 #endif
@@ -116,10 +119,11 @@ inline std::string cpu_features()
 {
     const qk::cpu_features& cpu = qk::running_cpu();
     const feature features[] = {
-        {cpu.sse4_2, "sse4.2"},         {cpu.popcnt, "popcnt"},         {cpu.avx2, "avx2"},         {cpu.fma, "fma"},
-        {cpu.f16c, "f16c"},             {cpu.avx512f, "avx512f"},       {cpu.avx512bw, "avx512bw"}, {cpu.avx512dq, "avx512dq"},
-        {cpu.avx512vl, "avx512vl"},     {cpu.avx512vnni, "avx512vnni"}, {cpu.avx512vbmi, "avx512vbmi"}, {cpu.neon64, "neon"},
-        {cpu.dotprod, "dotprod"},
+        {cpu.sse4_2, "sse4.2"},     {cpu.popcnt, "popcnt"},         {cpu.avx2, "avx2"},
+        {cpu.fma, "fma"},           {cpu.f16c, "f16c"},             {cpu.bmi2, "bmi2"},
+        {cpu.avx512f, "avx512f"},   {cpu.avx512bw, "avx512bw"},     {cpu.avx512dq, "avx512dq"},
+        {cpu.avx512vl, "avx512vl"}, {cpu.avx512vnni, "avx512vnni"}, {cpu.avx512vbmi, "avx512vbmi"},
+        {cpu.neon64, "neon"},       {cpu.dotprod, "dotprod"},
     };
     return join_present(features, "none of the features qkern has kernels for");
 }

@@ -29,7 +29,8 @@ using avx2 = xsimd::avx2;
 // AVX-512 F/BW/DQ/VL (Skylake-SP and later, Zen 4).
 using avx512bw = xsimd::avx512bw;
 
-// AVX-512 with VNNI's vpdpbusd (Ice Lake, Zen 4): int8 dot products in one instruction.
+// AVX-512 with VNNI's vpdpbusd (Cascade Lake, Zen 4): int8 dot products in one instruction; also
+// BMI2's pdep (every AVX-512 CPU has it) for scattering bit fields in integer registers.
 struct avx512vnni : xsimd::avx512bw {
     static constexpr unsigned version() noexcept { return xsimd::generic::version(3, 5, 0); }
     static constexpr char const* name() noexcept { return "avx512vnni"; }
@@ -104,10 +105,10 @@ using all = tag_list<generic>;
 
 // The best tag the compiler flags enable. Each tag needs all the features its kernels use.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
-    defined(__AVX512VBMI__) && defined(__FMA__) && defined(__F16C__)
+    defined(__AVX512VBMI__) && defined(__FMA__) && defined(__F16C__) && defined(__BMI2__)
 using native = avx512vbmi;
 #elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
-    defined(__FMA__) && defined(__F16C__)
+    defined(__FMA__) && defined(__F16C__) && defined(__BMI2__)
 using native = avx512vnni;
 #elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__FMA__) && \
     defined(__F16C__)

@@ -23,6 +23,7 @@ struct cpu_features {
     bool avx2 = false;
     bool fma = false;
     bool f16c = false;
+    bool bmi2 = false;
     bool avx512f = false;
     bool avx512bw = false;
     bool avx512dq = false;
@@ -59,6 +60,7 @@ struct cpu_features {
         f.avx2 = avx && ymm_saved && ((b >> 5) & 1);
         f.fma = avx && ymm_saved && fma;
         f.f16c = avx && ymm_saved && f16c;
+        f.bmi2 = (b >> 8) & 1;
         f.avx512f = zmm_saved && ((b >> 16) & 1);
         f.avx512dq = f.avx512f && ((b >> 17) & 1);
         f.avx512bw = f.avx512f && ((b >> 30) & 1);
@@ -84,7 +86,7 @@ template <class Tag>
     if constexpr (std::is_same_v<Tag, arch::avx512vbmi>) {
         return runs<arch::avx512vnni>(f) && f.avx512vbmi;
     } else if constexpr (std::is_same_v<Tag, arch::avx512vnni>) {
-        return runs<arch::avx512bw>(f) && f.avx512vnni;
+        return runs<arch::avx512bw>(f) && f.avx512vnni && f.bmi2;
     } else if constexpr (std::is_same_v<Tag, arch::avx512bw>) {
         return runs<arch::avx2>(f) && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
     } else if constexpr (std::is_same_v<Tag, arch::avx2>) {

@@ -9,8 +9,8 @@
 #define QK_TARGET_SSE4_2 __attribute__((target("sse4.2,popcnt")))
 #define QK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define QK_TARGET_AVX512BW __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#define QK_TARGET_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define QK_TARGET_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#define QK_TARGET_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")))
+#define QK_TARGET_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi2")))
 #else
 #define QK_HAS_X86_KERNELS 0
 #endif

@@ -301,6 +301,38 @@ TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent a
     }
 }
 
+TEST_CASE("IQ4_XS dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every group scale as the reference does")
+{
+    // Group g of superblock j gets ls = (8j + g + shift) % 64: every 6-bit scale, in both halves of
+    // scales_l's bytes and at every pair of scales_h's bits, over rows of 8 and 9 superblocks.
+    for (const std::size_t n : {std::size_t{8}, std::size_t{9}}) {
+        for (unsigned shift = 0; shift < 8; ++shift) {
+            auto w = qk_inputs::random_blocks<qk::block_iq4_xs>(n, 700 + shift);
+            auto a = qk_inputs::random_blocks<qk::block_q8_K>(n, 800 + shift);
+            for (std::size_t j = 0; j < n; ++j) {
+                w[j].scales_h = 0;
+                w[j].scales_l.fill(0);
+                for (unsigned g = 0; g < 8; ++g) {
+                    const unsigned ls = (8 * static_cast<unsigned>(j) + g + shift) % 64;
+                    w[j].scales_l[g / 2] = static_cast<std::uint8_t>(w[j].scales_l[g / 2] | ((ls & 0xf) << (4 * (g % 2))));
+                    w[j].scales_h = static_cast<std::uint16_t>(w[j].scales_h | ((ls >> 4) << (2 * g)));
+                }
+                for (auto& q : a[j].qs) {
+                    q = static_cast<std::int8_t>(std::max<int>(q, -127)); // the Q8_K quantizer's range
+                }
+            }
+            const float reference = qk::dot<qk::block_iq4_xs, qk::arch::generic>(w, a);
+            const float simd = qk::dot<qk::block_iq4_xs, tag>(w, a);
+            const double tolerance = 2.0 * (8.0 * static_cast<double>(n) + 4.0) * 0x1p-24 * magnitude<qk::block_iq4_xs, qk::block_q8_K>(w, a);
+            CAPTURE(n);
+            CAPTURE(shift);
+            CAPTURE(reference);
+            CAPTURE(simd);
+            CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+        }
+    }
+}
+
 TEST_CASE_TEMPLATE("activation quantizers on " QK_TAG_NAME(QK_TEST_TAG) " write the reference's bytes", Block, qk::block_q8_0,
                    qk::block_q8_K)
 {

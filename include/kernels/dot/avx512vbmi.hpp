@@ -1,7 +1,7 @@
 // The dot products on the AVX-512 VBMI tag (qk::arch::avx512vbmi, VNNI plus VBMI, a child of
-// avx512vnni): MXFP4 and IQ4_NL against Q8_0, where decoding 4-bit codes is the work. Included by
-// dot.hpp after avx512vnni.hpp, whose loads and scaling they share; checked against dot/generic.hpp.
-// Q8_0 and IQ4_XS take the avx512vnni kernels.
+// avx512vnni): MXFP4 and IQ4_NL against Q8_0 and IQ4_XS against Q8_K, where decoding 4-bit codes
+// is the work. Included by dot.hpp after avx512vnni.hpp, whose loads and scaling they share;
+// checked against dot/generic.hpp. Q8_0 takes the avx512vnni kernel.
 #pragma once
 
 #include <array>
@@ -74,26 +74,41 @@ QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bi
     return _mm512_sub_epi32(biased, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a));
 }
 
-// e8m0_half_to_fp32 of eight consecutive blocks' exponents, computed rather than looked up: the
-// exponents are packed in an integer register (as scale_bits4 packs fp16 scales), then
-// (e - 1) << 23 for e >= 2 and the subnormals 0x00200000 << e for e < 2. The two meet at e = 2,
-// and min(e, 2) keeps the subnormal branch from growing past the normal one, so the larger of the
-// two is the answer for every e.
-template <class Arch>
-QK_AVX512VBMI_INLINE __m256 e8m0_half8(const block_mxfp4* x) noexcept
-{
-    std::uint64_t packed = 0;
-#pragma GCC unroll 8
+// Where the E8M0 exponents of eight consecutive MXFP4 blocks (136 bytes) lie in their first 128
+// bytes, for vpermt2b.
+alignas(64) inline constexpr std::array<std::uint8_t, 64> exponent_index = [] {
+    std::array<std::uint8_t, 64> index{};
     for (std::size_t b = 0; b < 8; ++b) {
-        packed |= std::uint64_t{x[b].e} << (8 * b);
+        index[b] = static_cast<std::uint8_t>(b * sizeof(block_mxfp4));
     }
-    auto bits = static_cast<long long>(packed);
-    __asm__("" : "+r"(bits));
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bits));
+    return index;
+}();
+static_assert(sizeof(block_mxfp4) == 17 && 7 * sizeof(block_mxfp4) < 128);
+
+// e8m0_half_to_fp32 of eight consecutive blocks' exponents, computed rather than looked up: the
+// exponents gathered with one vpermt2b from two 64-byte loads, then (e - 1) << 23 for e >= 2 and
+// the subnormals 0x00200000 << e for e < 2. The two meet at e = 2, and min(e, 2) keeps the
+// subnormal branch from growing past the normal one, so the larger of the two is the answer for
+// every e.
+template <class Arch>
+QK_AVX512VBMI_INLINE __m256 e8m0_half8(const block_mxfp4* x, __m512i index) noexcept
+{
+    const auto* bytes = reinterpret_cast<const char*>(x);
+    const __m512i gathered = _mm512_permutex2var_epi8(_mm512_loadu_si512(bytes), index, _mm512_loadu_si512(bytes + 64));
+    const __m256i e = _mm256_cvtepu8_epi32(_mm512_castsi512_si128(gathered));
     const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
     const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), _mm256_min_epu32(e, _mm256_set1_epi32(2)));
     return _mm256_castsi256_ps(_mm256_max_epi32(normal, subnormal));
 }
+
+// The IQ4 grid's magnitudes, the 16 four times (for vpermb; the signs follow bit 3 of the code).
+alignas(64) inline constexpr std::array<std::uint8_t, 64> iq4_magnitudes = [] {
+    std::array<std::uint8_t, 64> table{};
+    for (std::size_t i = 0; i < 64; ++i) {
+        table[i] = static_cast<std::uint8_t>(avx512_detail::iq4_magnitudes[i % 16]);
+    }
+    return table;
+}();
 
 #undef QK_AVX512VBMI_INLINE
 
@@ -108,6 +123,7 @@ QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
     namespace v = avx512vbmi_detail;
     const __m512i table = _mm512_load_si512(v::mxfp4_biased.data());
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(v::mxfp4_bias));
+    const __m512i exponents = _mm512_load_si512(v::exponent_index.data());
     __m512 acc0 = _mm512_setzero_ps();
     __m512 acc1 = _mm512_setzero_ps();
     const std::size_t full = blocks - blocks % 8;
@@ -118,7 +134,7 @@ QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
             const __m512i codes = k::code_bytes2<Arch>(w[b + 2 * i].qs.data(), w[b + 2 * i + 1].qs.data());
             s[i] = v::biased_dot<Arch>(codes, table, bias, k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data()));
         }
-        k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(v::e8m0_half8<Arch>(w + b), k::scales8<Arch>(a + b)));
+        k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(v::e8m0_half8<Arch>(w + b, exponents), k::scales8<Arch>(a + b)));
     }
     float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1));
     const __m256i values = avx2_detail::table<Arch>(mxfp4_values);
@@ -167,6 +183,41 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
         sum += avx2_detail::half<Arch>(w[b].d) * avx2_detail::half<Arch>(a[b].d) * static_cast<float>(avx2_detail::reduce_i32<Arch>(s));
     }
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+// IQ4_XS against Q8_K as on avx512vnni (the sign trick: vpmaddubsw's int16 pair sums feed
+// vpdpwssd with the group multipliers, and the biased form of the other kernels would saturate
+// there), with vpermb decoding the codes unmasked.
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_iq4_xs* w, const block_q8_K* a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace k = avx512_detail;
+    namespace v = avx512vbmi_detail;
+    const __m512i magnitudes = _mm512_load_si512(v::iq4_magnitudes.data());
+    const __m512i bit3 = _mm512_set1_epi8(8);
+    __m512 acc = _mm512_setzero_ps();
+    for (std::size_t b = 0; b < blocks; ++b) {
+        const __m256i m = avx512vnni_detail::group_multipliers<Arch>(w[b]);
+        __m512i sum0 = _mm512_setzero_si512();
+        __m512i sum1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (std::size_t i = 0; i < 4; ++i) {
+            const __m512i row = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs.data() + 32 * i)));
+            const __m512i codes = _mm512_srlv_epi64(_mm512_shuffle_i64x2(row, row, _MM_SHUFFLE(1, 1, 0, 0)), _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+            const __m512i q8 = _mm512_loadu_si512(a[b].qs.data() + 64 * i);
+            const __mmask64 negative = _mm512_testn_epi8_mask(codes, bit3);
+            const __m512i products = _mm512_maddubs_epi16(_mm512_permutexvar_epi8(codes, magnitudes),
+                                                          _mm512_mask_sub_epi8(q8, negative, _mm512_setzero_si512(), q8));
+            if (i % 2 == 0) {
+                sum0 = _mm512_dpwssd_epi32(sum0, products, k::group_pair_multipliers<Arch>(m, i));
+            } else {
+                sum1 = _mm512_dpwssd_epi32(sum1, products, k::group_pair_multipliers<Arch>(m, i));
+            }
+        }
+        const __m512 scale = _mm512_set1_ps(avx2_detail::half<Arch>(w[b].d) * a[b].d);
+        acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(sum0, sum1)), acc);
+    }
+    return avx2_detail::finite_or_reference<Arch>(k::reduce_ps<Arch>(acc), w, a, blocks);
 }
 
 } // namespace qk::kernels

@@ -3,12 +3,15 @@
 // loads, decoding, sign handling and scaling they share (see the technique there); checked against
 // dot/generic.hpp. What VNNI changes: vpdpbusd sums four u8 x s8 products into int32 lanes in one
 // instruction, replacing vpmaddubsw + vpmaddwd with ones; for IQ4_XS, vpdpwssd multiplies the int16
-// pair sums by the group multipliers and accumulates in one, replacing vpmaddwd + vpaddd.
+// pair sums by the group multipliers and accumulates in one, replacing vpmaddwd + vpaddd, and the
+// multipliers themselves come from BMI2's pdep in integer registers.
 // (vpdpbusds would only add saturation, which exact sums never reach.) Any pair without an
 // overload here takes the avx512bw one.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include "../arch.hpp"
 #include "../e8m0.hpp"
@@ -35,6 +38,25 @@ template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512i dot_i8(const avx512_detail::operands& x) noexcept
 {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), x.magnitudes, x.activations);
+}
+
+// The eight multipliers ls - 32 of an IQ4_XS superblock as int16 in the low 128 bits (the lanes
+// group_pair_multipliers reads), built in integer registers: pdep scatters nibble g of scales_l
+// to bits 0-3 of 16-bit lane g and bits 2g, 2g + 1 of scales_h to its bits 4-5. Four scalar
+// instructions per four groups replace the ten vector ones of avx2_detail::group_multipliers,
+// which the kernel is short of.
+template <class Arch>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m256i group_multipliers(const block_iq4_xs& x) noexcept
+{
+    std::uint32_t low;
+    std::memcpy(&low, x.scales_l.data(), sizeof low);
+    const std::uint64_t high = x.scales_h;
+    constexpr std::uint64_t nibbles = 0x000f000f000f000full;
+    constexpr std::uint64_t high_bits = 0x0030003000300030ull;
+    const std::uint64_t groups03 = _pdep_u64(low & 0xffffu, nibbles) | _pdep_u64(high & 0xffu, high_bits);
+    const std::uint64_t groups47 = _pdep_u64(low >> 16, nibbles) | _pdep_u64(high >> 8, high_bits);
+    const __m128i ls = _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<long long>(groups03)), static_cast<long long>(groups47), 1);
+    return _mm256_castsi128_si256(_mm_sub_epi16(ls, _mm_set1_epi16(32)));
 }
 
 } // namespace qk::kernels::avx512vnni_detail
@@ -152,7 +174,7 @@ QK_TARGET_AVX512VNNI float dot(const block_iq4_xs* w, const block_q8_K* a, std::
     const __m512i magnitudes = k::table<Arch>(k::iq4_magnitudes);
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t b = 0; b < blocks; ++b) {
-        const __m256i m = avx2_detail::group_multipliers<Arch>(w[b]);
+        const __m256i m = avx512vnni_detail::group_multipliers<Arch>(w[b]);
         __m512i sum0 = _mm512_setzero_si512();
         __m512i sum1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
