@@ -68,10 +68,12 @@ template <class A>
 }
 
 // The same on a vector: lane i equals exp(x[i]) above, bit for bit.
-// (g++ 12 warns, wrongly, that the AVX-512 intrinsics' _mm512_undefined_* operands may be used
-// uninitialized once they are inlined here: GCC bug 105593.)
+// (g++ 12 warns, wrongly, that the AVX-512 intrinsics' _mm512_undefined_* operands are or may be
+// used uninitialized once they are inlined here, which of the two depending on the optimization
+// level: GCC bug 105593.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 template <class A>
