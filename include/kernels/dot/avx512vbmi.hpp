@@ -85,20 +85,17 @@ alignas(64) inline constexpr std::array<std::uint8_t, 64> exponent_index = [] {
 }();
 static_assert(sizeof(block_mxfp4) == 17 && 7 * sizeof(block_mxfp4) < 128);
 
-// e8m0_half_to_fp32 of eight consecutive blocks' exponents, computed rather than looked up: the
-// exponents gathered with one vpermt2b from two 64-byte loads, then (e - 1) << 23 for e >= 2 and
-// the subnormals 0x00200000 << e for e < 2. The two meet at e = 2, and min(e, 2) keeps the
-// subnormal branch from growing past the normal one, so the larger of the two is the answer for
-// every e.
+// The scales of eight consecutive MXFP4 blocks times those of their Q8_0 activations d_a:
+// e8m0_half(e) * d_a = d_a * 2^(e - 128), one vscalefps, exactly the reference's product (a
+// product by a power of two rounds only where the result is subnormal or overflows, and vscalefps
+// rounds it the same way). The exponents are gathered with one vpermt2b from two 64-byte loads.
 template <class Arch>
-QK_AVX512VBMI_INLINE __m256 e8m0_half8(const block_mxfp4* x, __m512i index) noexcept
+QK_AVX512VBMI_INLINE __m256 mxfp4_scales8(const block_mxfp4* x, __m512i index, __m256 activation_scales) noexcept
 {
     const auto* bytes = reinterpret_cast<const char*>(x);
     const __m512i gathered = _mm512_permutex2var_epi8(_mm512_loadu_si512(bytes), index, _mm512_loadu_si512(bytes + 64));
     const __m256i e = _mm256_cvtepu8_epi32(_mm512_castsi512_si128(gathered));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), _mm256_min_epu32(e, _mm256_set1_epi32(2)));
-    return _mm256_castsi256_ps(_mm256_max_epi32(normal, subnormal));
+    return _mm256_scalef_ps(activation_scales, _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(128))));
 }
 
 // The IQ4 grid's magnitudes, the 16 four times (for vpermb; the signs follow bit 3 of the code).
@@ -134,7 +131,7 @@ QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
             const __m512i codes = k::code_bytes2<Arch>(w[b + 2 * i].qs.data(), w[b + 2 * i + 1].qs.data());
             s[i] = v::biased_dot<Arch>(codes, table, bias, k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data()));
         }
-        k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(v::e8m0_half8<Arch>(w + b, exponents), k::scales8<Arch>(a + b)));
+        k::accumulate8<Arch>(acc0, acc1, s, v::mxfp4_scales8<Arch>(w + b, exponents, k::scales8<Arch>(a + b)));
     }
     float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1));
     const __m256i values = avx2_detail::table<Arch>(mxfp4_values);
