@@ -145,6 +145,9 @@ template <block_format Block, class Arch = arch::native>
 void quantize(std::span<const float> x, std::span<Block> y)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
+    if (kernels::quantize_checked<Arch>(x.data(), y.data(), y.size(), Arch{})) {
+        return;
+    }
     detail::check_values<Block, Arch>(x);
     kernels::quantize<Arch>(x.data(), y.data(), y.size(), Arch{});
 }

@@ -385,28 +385,36 @@ TEST_CASE_TEMPLATE("qk::quantize on " QK_TAG_NAME(QK_TEST_TAG) " rejects what th
                    qk::block_q8_0, qk::block_q8_K, qk::block_mxfp4, qk::block_iq4_nl, qk::block_iq4_xs)
 {
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
-    const auto x = normal(5 * size, 1.0f, 17);
-    for (const std::size_t position : {std::size_t{0}, 2 * size + 7, 5 * size - 1}) {
-        auto bad = x;
-        bad[position] = std::numeric_limits<float>::quiet_NaN();
-        std::vector<Block> y(5);
-        const auto quantize = [&] { qk::quantize<Block, tag>(std::span<const float>(bad), std::span<Block>(y)); };
-        CAPTURE(position);
-        const std::string nan_message = "x[" + std::to_string(position) + "] is nan";
-        CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(nan_message.c_str()), qk::error);
-        bad[position] = -std::numeric_limits<float>::infinity();
-        const std::string inf_message = "x[" + std::to_string(position) + "] is -inf";
-        CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(inf_message.c_str()), qk::error);
-        if constexpr (!std::is_same_v<Block, qk::block_q8_K> && !std::is_same_v<Block, qk::block_mxfp4>) {
-            // Beyond the fp16 scale's range: Q8_0 from 127 * 65520, the IQ4 formats well past 65504.
-            bad[position] = std::is_same_v<Block, qk::block_q8_0> ? 127.0f * 65520.0f : 1e10f;
-            const std::string scale_message = "block " + std::to_string(position / size) + " ";
-            CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(scale_message.c_str()), qk::error);
-            // Just inside it: accepted, and the bytes are the reference's.
-            bad[position] = std::is_same_v<Block, qk::block_q8_0> ? 127.0f * 65504.0f : 2e6f;
-            quantize();
-            const auto expected = qk::quantize<Block, qk::arch::generic>(std::span<const float>(bad));
-            CHECK(std::memcmp(y.data(), expected.data(), y.size() * sizeof(Block)) == 0);
+    // 5 blocks, and 8 and 16 (whole groups of eight: Q8_0's fused check on the AVX-512 tags).
+    for (const std::size_t blocks : {std::size_t{5}, std::size_t{8}, std::size_t{16}}) {
+        const auto x = normal(blocks * size, 1.0f, 17);
+        for (const std::size_t position : {std::size_t{0}, 2 * size + 7, blocks * size - 1}) {
+            auto bad = x;
+            bad[position] = std::numeric_limits<float>::quiet_NaN();
+            std::vector<Block> y(blocks);
+            const std::vector<Block> untouched(y);
+            CAPTURE(blocks);
+            const auto quantize = [&] { qk::quantize<Block, tag>(std::span<const float>(bad), std::span<Block>(y)); };
+            CAPTURE(position);
+            const std::string nan_message = "x[" + std::to_string(position) + "] is nan";
+            CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(nan_message.c_str()), qk::error);
+            CHECK(std::memcmp(y.data(), untouched.data(), y.size() * sizeof(Block)) == 0);
+            bad[position] = -std::numeric_limits<float>::infinity();
+            const std::string inf_message = "x[" + std::to_string(position) + "] is -inf";
+            CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(inf_message.c_str()), qk::error);
+            CHECK(std::memcmp(y.data(), untouched.data(), y.size() * sizeof(Block)) == 0);
+            if constexpr (!std::is_same_v<Block, qk::block_q8_K> && !std::is_same_v<Block, qk::block_mxfp4>) {
+                // Beyond the fp16 scale's range: Q8_0 from 127 * 65520, the IQ4 formats well past 65504.
+                bad[position] = std::is_same_v<Block, qk::block_q8_0> ? 127.0f * 65520.0f : 1e10f;
+                const std::string scale_message = "block " + std::to_string(position / size) + " ";
+                CHECK_THROWS_WITH_AS(quantize(), doctest::Contains(scale_message.c_str()), qk::error);
+                CHECK(std::memcmp(y.data(), untouched.data(), y.size() * sizeof(Block)) == 0);
+                // Just inside it: accepted, and the bytes are the reference's.
+                bad[position] = std::is_same_v<Block, qk::block_q8_0> ? 127.0f * 65504.0f : 2e6f;
+                quantize();
+                const auto expected = qk::quantize<Block, qk::arch::generic>(std::span<const float>(bad));
+                CHECK(std::memcmp(y.data(), expected.data(), y.size() * sizeof(Block)) == 0);
+            }
         }
     }
 }

@@ -97,16 +97,23 @@ struct q8_0_scales {
     __m256 twice_id;
     __m128i d;
     unsigned by_reference; // bit b: block b is quantized by reference::quantize
+    __mmask16 nan;         // with FindNaN: nonzero if some x is NaN (vrangeps passes over NaN)
 };
 
 // The first pass over eight consecutive Q8_0 blocks: their maxima of |x|, reduced together (lane b
 // of amax is block b's), then d = amax / 127 and id = 1 / d, one division each.
-template <class Arch>
+template <class Arch, bool FindNaN = false>
 [[gnu::always_inline]] QK_TARGET_AVX512BW inline q8_0_scales q8_0_scales_of(const float* x) noexcept
 {
     __m512i m[8];
+    __mmask16 nan = 0;
     for (int b = 0; b < 8; ++b) {
-        m[b] = _mm512_castps_si512(_mm512_range_ps(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16), 0x0b));
+        const __m512 low = _mm512_loadu_ps(x + 32 * b);
+        const __m512 high = _mm512_loadu_ps(x + 32 * b + 16);
+        m[b] = _mm512_castps_si512(_mm512_range_ps(low, high, 0x0b));
+        if constexpr (FindNaN) {
+            nan = static_cast<__mmask16>(nan | _mm512_cmp_ps_mask(low, high, _CMP_UNORD_Q));
+        }
     }
     // Transposing reduction: pairs of blocks interleaved by dwords, then by qwords (each 128-bit
     // lane of t[i] holds blocks 4i..4i+3), then 128-bit lanes combined twice.
@@ -130,7 +137,7 @@ template <class Arch>
     const __m256 id = _mm256_div_ps(one, _mm256_mask_blend_ps(d_zero, d, one));
     const __mmask8 overflow = _mm256_cmp_ps_mask(id, _mm256_set1_ps(0x1p127f), _CMP_GE_OQ); // 2 * id is not finite
     return {_mm256_maskz_add_ps(static_cast<__mmask8>(~(d_zero | overflow)), id, id),
-            _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), static_cast<unsigned>(overflow & ~d_zero) & 0xffu};
+            _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), static_cast<unsigned>(overflow & ~d_zero) & 0xffu, nan};
 }
 
 // The second pass: writes the eight blocks, two per register.
@@ -294,6 +301,53 @@ QK_TARGET_AVX512BW void quantize(const float* x, block_q8_0* y, std::size_t bloc
     if (by_reference != 0) [[unlikely]] {
         quantize_avx512::q8_0_fix<Arch>(x, y, blocks);
     }
+}
+
+// f32 -> Q8_0 with qk::quantize's value check fused into the first pass, for rows of whole groups
+// of eight blocks up to 64 groups (16384 values, an activation row; longer rows take the separate
+// passes): the scales of the whole row are computed first, into a buffer on the stack, and a
+// block fails the check exactly when its fp16 scale is not finite (amax / 127 from 65520 up, or
+// an infinite amax), which the scales show, or when it holds a NaN, which vrangeps passes over
+// (it returns the other operand) and an unordered compare of the same two registers finds. Only then is y written, so a rejected row leaves
+// it untouched, and the caller's own check (which names the culprit) runs instead. With the
+// scales of the row computed ahead, the second pass needs no pipelining, and reading x twice
+// instead of three times is the saving.
+template <class Arch>
+QK_TARGET_AVX512BW bool quantize_checked(const float* x, block_q8_0* y, std::size_t blocks, arch::requires_arch<arch::avx512bw>) noexcept
+{
+    constexpr std::size_t max_groups = 64;
+    const std::size_t groups = blocks / 8;
+    if (blocks % 8 != 0 || groups > max_groups) {
+        return false;
+    }
+    quantize_avx512::q8_0_scales scales[max_groups];
+    const __m128i exponent = _mm_set1_epi16(0x7c00);
+    __m128i not_finite = _mm_setzero_si128();
+    unsigned nan = 0;
+    for (std::size_t g = 0; g < groups; ++g) {
+        scales[g] = quantize_avx512::q8_0_scales_of<Arch, true>(x + 256 * g);
+        not_finite = _mm_or_si128(not_finite, _mm_cmpeq_epi16(_mm_and_si128(scales[g].d, exponent), exponent));
+        nan |= scales[g].nan;
+    }
+    if (_mm_testz_si128(not_finite, not_finite) == 0 || nan != 0) {
+        return false;
+    }
+    unsigned by_reference = 0;
+    for (std::size_t g = 0; g < groups; ++g) {
+        quantize_avx512::q8_0_write<Arch>(x + 256 * g, y + 8 * g, scales[g]);
+        by_reference |= scales[g].by_reference;
+    }
+    if (by_reference != 0) [[unlikely]] {
+        quantize_avx512::q8_0_fix<Arch>(x, y, blocks);
+    }
+    return true;
+}
+
+// Other blocks on the AVX-512 tags: no fused path (xsimd's AVX-512 tags derive from generic).
+template <class Arch, class Block>
+QK_TARGET_AVX512BW bool quantize_checked(const float*, Block*, std::size_t, arch::requires_arch<arch::avx512bw>) noexcept
+{
+    return false;
 }
 
 // f32 -> Q8_K as reference::quantize: max = the first element of largest magnitude, iscale =

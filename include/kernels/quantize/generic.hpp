@@ -17,6 +17,14 @@ void quantize(const float* x, Block* y, std::size_t blocks, arch::requires_arch<
     reference::quantize(x, y, blocks);
 }
 
+// qk::quantize's fused path, for kernels that check while they quantize: false (nothing written)
+// means the caller checks and quantizes in separate passes, as every format and tag does here.
+template <class Arch, class Block>
+bool quantize_checked(const float*, Block*, std::size_t, arch::requires_arch<arch::generic>) noexcept
+{
+    return false;
+}
+
 // The largest |x[i]| as float bits with the sign cleared, for the argument checks of qk::quantize:
 // as integers these bits order finite magnitudes, infinity and NaN (above infinity), so one pass
 // of integer maxima tells whether every value is finite and below a bound.
