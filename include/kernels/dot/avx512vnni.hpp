@@ -93,11 +93,8 @@ QK_TARGET_AVX512VNNI float dot(const block_q8_0* w, const block_q8_0* a, std::si
         acc3 = k::add_scaled<Arch>(acc3, lanes3, d, avx512vnni_detail::dot_i8<Arch>(k::octet_operands<Arch>(w3, a3, 3)));
         acc4 = k::add_scaled<Arch>(acc4, lanes4, d, avx512vnni_detail::dot_i8<Arch>(k::octet_operands<Arch>(w4, a4, 4)));
     }
-    float sum = k::reduce_ps<Arch>(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)), acc4));
-    for (std::size_t b = full; b < blocks; ++b) {
-        const __m256i s = avx2_detail::dot_i8<Arch>(avx2_detail::load32<Arch>(w[b].qs.data()), avx2_detail::load32<Arch>(a[b].qs.data()));
-        sum += avx2_detail::half<Arch>(w[b].d) * avx2_detail::half<Arch>(a[b].d) * static_cast<float>(avx2_detail::reduce_i32<Arch>(s));
-    }
+    // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
+    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)), acc4)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 
@@ -119,13 +116,8 @@ QK_TARGET_AVX512VNNI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
         }
         k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(k::e8m0_half8<Arch>(w + b), k::scales8<Arch>(a + b)));
     }
-    float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1));
-    const __m256i values = avx2_detail::table<Arch>(mxfp4_values);
-    for (std::size_t b = full; b < blocks; ++b) {
-        const __m256i s = avx2_detail::dot_i8<Arch>(avx2_detail::decode_nibbles<Arch>(w[b].qs.data(), values),
-                                                    avx2_detail::load32<Arch>(a[b].qs.data()));
-        sum += e8m0_half_table[w[b].e] * avx2_detail::half<Arch>(a[b].d) * static_cast<float>(avx2_detail::reduce_i32<Arch>(s));
-    }
+    // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
+    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 
@@ -157,13 +149,8 @@ QK_TARGET_AVX512VNNI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
         }
         k::accumulate8<Arch>(acc0, acc1, s, _mm256_mul_ps(dw, k::scales8<Arch>(a + b)));
     }
-    float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1));
-    const __m256i values = avx2_detail::table<Arch>(iq4_values);
-    for (std::size_t b = full; b < blocks; ++b) {
-        const __m256i s = avx2_detail::dot_i8<Arch>(avx2_detail::decode_nibbles<Arch>(w[b].qs.data(), values),
-                                                    avx2_detail::load32<Arch>(a[b].qs.data()));
-        sum += avx2_detail::half<Arch>(w[b].d) * avx2_detail::half<Arch>(a[b].d) * static_cast<float>(avx2_detail::reduce_i32<Arch>(s));
-    }
+    // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
+    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 
