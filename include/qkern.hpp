@@ -9,6 +9,7 @@
 
 #include "backends/cpu/context.hpp"
 #include "backends/cpu/gemv.hpp"
+#include "backends/cpu/packed_gemm.hpp"
 #include "backends/cpu/sample_batch.hpp"
 #include "backends/cpu/solve_tri.hpp"
 #include "backends/cpu/thread_pool.hpp"
@@ -22,8 +23,10 @@
 #include "kernels/error.hpp"
 #include "kernels/formats.hpp"
 #include "kernels/fp16.hpp"
+#include "kernels/packed.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/solve_tri.hpp"
 #include "kernels/tensor_view.hpp"
+#include "kernels/tile_product.hpp"
 #include "sampling/sampling.hpp"
 #include "spec/spec.hpp"

@@ -245,6 +245,42 @@ void check_quantizer_edges()
     }
 }
 
+// The tile kernel over packed weights against the generic one, bit for bit: every row count of a
+// tile, every column count of a set, one to three blocks per row, random blocks (Q8_K's bsums
+// random too, which the kernels must not trust), and y strided with sentinels between the columns.
+template <class Block>
+void check_tile_product_against_generic()
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    constexpr std::uint32_t sentinel = 0x7fc0beef;
+    for (std::size_t blocks = 1; blocks <= 3; ++blocks) {
+        for (std::size_t rows = 1; rows <= qk::packed_tile_rows; ++rows) {
+            const auto w = qk_inputs::random_blocks<Block>(rows * blocks, static_cast<std::uint32_t>(rows * 17 + blocks));
+            const qk::packed_matrix<Block> packed(w, rows, blocks * size);
+            for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
+                const auto a = qk_inputs::random_blocks<activation>(n * blocks, static_cast<std::uint32_t>(n * 101 + rows));
+                const std::size_t groups = blocks * size / 32;
+                std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, n));
+                qk::pack_panel(a.data(), blocks, n, panel.data());
+                const std::size_t stride = rows + 3;
+                std::vector<float> expected(n * stride, std::bit_cast<float>(sentinel));
+                std::vector<float> actual(n * stride, std::bit_cast<float>(sentinel));
+                qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), n, expected.data(), stride, rows,
+                                                              qk::arch::generic{});
+                qk::kernels::tile_product<tag>(packed.tile(0), panel.data(), n, actual.data(), stride, rows, tag{});
+                for (std::size_t i = 0; i < expected.size(); ++i) {
+                    CAPTURE(blocks);
+                    CAPTURE(rows);
+                    CAPTURE(n);
+                    CAPTURE(i);
+                    CHECK(std::bit_cast<std::uint32_t>(actual[i]) == std::bit_cast<std::uint32_t>(expected[i]));
+                }
+            }
+        }
+    }
+}
+
 } // namespace
 
 #define QK_TAG_NAME_STRING(x) #x
@@ -255,6 +291,12 @@ TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " agrees with the g
     check_dot_against_generic<Block>();
 }
 TEST_CASE_TEMPLATE_APPLY(dot_agrees_generic_reference, qk::weight_formats::tuple);
+
+TEST_CASE_TEMPLATE_DEFINE("the tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " equals the generic one bit for bit", Block, tile_product_agrees)
+{
+    check_tile_product_against_generic<Block>();
+}
+TEST_CASE_TEMPLATE_APPLY(tile_product_agrees, qk::weight_formats::tuple);
 
 TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exactly", Block, dot_sums_integers_exactly)
 {

@@ -1,36 +1,52 @@
 // qk::backend::cpu::context: the operations every qkern backend offers (mat-vec on resident
-// weights, solve_tri, batched sampling), run on this CPU's threads. qk::backend::vulkan::context
-// has the same members, so engine code written against one compiles against the other.
+// weights, solve_tri, batched sampling), and gemm on resident weights, run on this CPU's threads.
+// qk::backend::vulkan::context has the same members, so engine code written against one compiles
+// against the other.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "../context.hpp"
 #include "../../kernels/dispatch.hpp"
 #include "gemv.hpp"
+#include "packed_gemm.hpp"
 #include "sample_batch.hpp"
 #include "solve_tri.hpp"
 #include "thread_pool.hpp"
 
 namespace qk::backend::cpu {
 
-// Weights as the CPU reads them: a view of the caller's blocks (nothing is copied, so the caller
-// keeps them alive), with the shape checked once at upload.
+// Weights as the CPU reads them, in the backend's own copy: once uploaded, the caller's blocks may
+// be released. Where the running CPU has tile kernels (kernels::has_tile_kernels) the copy is a
+// qk::packed_matrix, which gemv and gemm run on; elsewhere it is the GGUF rows as given, which
+// qk::gemv and qk::gemm run on. Either way one copy, never both.
 template <class Block>
 class matrix {
 public:
-    matrix(std::span<const Block> w, std::size_t rows, std::size_t cols) : w_(w), rows_(rows), cols_(cols) {}
-    [[nodiscard]] std::span<const Block> blocks() const noexcept { return w_; }
+    matrix(std::span<const Block> w, std::size_t rows, std::size_t cols, bool pack) : rows_(rows), cols_(cols)
+    {
+        if (pack) {
+            packed_ = packed_matrix<Block>(w, rows, cols);
+        } else {
+            plain_.assign(w.begin(), w.end());
+        }
+    }
     [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
     [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
+    [[nodiscard]] bool is_packed() const noexcept { return plain_.empty() && packed_.bytes() != 0; }
+    // The packed copy (empty unless is_packed()), and the plain rows (empty if is_packed()).
+    [[nodiscard]] const packed_matrix<Block>& packed() const noexcept { return packed_; }
+    [[nodiscard]] std::span<const Block> blocks() const noexcept { return plain_; }
 
 private:
-    std::span<const Block> w_;
     std::size_t rows_;
     std::size_t cols_;
+    packed_matrix<Block> packed_;
+    std::vector<Block> plain_;
 };
 
 class context {
@@ -44,13 +60,16 @@ public:
     [[nodiscard]] std::string name() const { return "cpu"; }
     [[nodiscard]] thread_pool& pool() noexcept { return pool_; }
 
+    // Copies (and where the CPU has tile kernels, repacks) rows x cols weights given as GGUF
+    // rows; the caller's blocks are not used afterwards.
     template <weight_format Block>
     [[nodiscard]] matrix<Block> upload(std::span<const Block> w, std::size_t rows, std::size_t cols) const
     {
         // The same checks gemv makes, raised here so a bad shape is found at load time.
         (void)detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, cols, rows,
                                         std::numeric_limits<std::size_t>::max());
-        return matrix<Block>(w, rows, cols);
+        const bool pack = dispatch([]<class Tag>(Tag) { return kernels::has_tile_kernels<Tag>; });
+        return matrix<Block>(w, rows, cols, pack && rows != 0 && cols != 0);
     }
 
     // y = W·x, x quantized to the weight format's activation format (qk::gemv), on the kernels the
@@ -58,7 +77,33 @@ public:
     template <weight_format Block>
     void gemv(const matrix<Block>& w, std::span<const float> x, std::span<float> y)
     {
-        dispatch([&]<class Tag>(Tag) { qk::gemv<Block, Tag>(w.blocks(), w.rows(), w.cols(), x, y, pool_); });
+        gemm(w, 1, x, y);
+    }
+
+    // Y = W·X for `columns` activation columns, column-major as qk::gemm: x[c * cols + i],
+    // y[c * rows + r]. Results equal qk::gemm's on the generic tag bit for bit where the weights
+    // are packed, and qk::gemm's on the dispatched tag otherwise.
+    template <weight_format Block>
+    void gemm(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
+    {
+        if (w.is_packed()) {
+            dispatch([&]<class Tag>(Tag) {
+                if constexpr (kernels::has_tile_kernels<Tag>) {
+                    qk::gemm<Block, Tag>(w.packed(), columns, x, y, pool_, scratch_);
+                } else {
+                    qk::gemm<Block, arch::generic>(w.packed(), columns, x, y, pool_, scratch_);
+                }
+            });
+            return;
+        }
+        const auto shape = detail::check_gemm<Block>(columns == 1 ? detail::gemm_entry::gemv : detail::gemm_entry::gemm,
+                                                     w.blocks().size(), w.rows(), w.cols(), columns, x.size(), y.size(),
+                                                     std::numeric_limits<std::size_t>::max());
+        using activation = typename format_traits<Block>::vec_dot_type;
+        const std::size_t needed = shape.columns * shape.blocks_per_row * sizeof(activation);
+        scratch_.resize(std::max(scratch_.size(), needed));
+        auto* quantized = reinterpret_cast<activation*>(scratch_.data());
+        dispatch([&]<class Tag>(Tag) { detail::gemm_checked<Block, Tag>(w.blocks().data(), shape, x, y.data(), pool_, quantized); });
     }
 
     // qk::solve_tri on contiguous buffers (ggml's layout), rows spread over the pool.
@@ -76,6 +121,7 @@ public:
 
 private:
     thread_pool pool_;
+    std::vector<std::uint8_t> scratch_; // quantized activations (and panels), reused between calls
 };
 
 static_assert(backend::context<context>, "every backend's context offers the operations of qk::backend::context");

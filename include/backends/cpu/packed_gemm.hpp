@@ -1,0 +1,119 @@
+// qk::gemm and qk::gemv on a qk::packed_matrix: the CPU backend's threaded driver over the tile
+// kernels (kernels/tile_product.hpp). The activations are quantized once per call, as qk::gemm
+// does, then arranged in panels; threads take runs of four tiles (64 rows) and sweep every
+// column set over them while those rows stay in the core's L2. Results equal qk::gemm's on the
+// generic tag bit for bit, whatever the tag and the number of threads.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "../../kernels/arch.hpp"
+#include "../../kernels/formats.hpp"
+#include "../../kernels/packed.hpp"
+#include "../../kernels/quantize.hpp"
+#include "../../kernels/tile_product.hpp"
+#include "gemv.hpp"
+#include "thread_pool.hpp"
+
+namespace qk {
+
+namespace detail {
+
+// Rows per task: 64 (tiles_per_task tiles) keeps a Q8_0 row run of 4096 columns (280 KiB) in L2
+// while every column set passes over it; fewer when that would leave threads without work.
+inline constexpr std::size_t tiles_per_task = 4;
+
+template <weight_format Block, class Arch>
+void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
+                         backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
+{
+    using activation = typename format_traits<Block>::vec_dot_type;
+    const std::size_t cols = w.cols();
+    const std::size_t blocks = cols / format_traits<Block>::block_size;
+    const std::size_t groups = cols / 32;
+    const std::size_t activation_bytes = columns * blocks * sizeof(activation);
+    const std::size_t panel_bytes = packed_panel_bytes(groups, columns);
+    scratch.resize(activation_bytes + panel_bytes);
+    auto* quantized = reinterpret_cast<activation*>(scratch.data() + panel_bytes);
+    std::uint8_t* panel = scratch.data();
+    // Quantized and arranged a column set per task: serial, this would cost a tenth of a
+    // two-thread product of 128 columns. A non-finite x throws here, before y is written.
+    const std::size_t sets = (columns + packed_panel_columns - 1) / packed_panel_columns;
+    pool.run(sets, [&](std::size_t set) {
+        const std::size_t c0 = set * packed_panel_columns;
+        const std::size_t n = std::min(packed_panel_columns, columns - c0);
+        for (std::size_t c = c0; c < c0 + n; ++c) {
+            quantize<activation, Arch>(x.subspan(c * cols, cols), std::span<activation>(quantized + c * blocks, blocks));
+        }
+        pack_panel(quantized + c0 * blocks, blocks, n, panel + c0 * groups * packed_entry_bytes);
+    });
+    if (w.rows() == 0) {
+        return;
+    }
+
+    const std::size_t tiles = w.tiles();
+    const std::size_t wanted = pool.size() * gemm_tasks_per_thread;
+    const std::size_t per_task = std::clamp<std::size_t>(tiles / wanted, 1, tiles_per_task);
+    const std::size_t tasks = (tiles + per_task - 1) / per_task;
+    const std::size_t rows = w.rows();
+    pool.run(tasks, [&](std::size_t task) {
+        const std::size_t first = task * per_task;
+        const std::size_t last = std::min(tiles, first + per_task);
+        for (std::size_t c0 = 0; c0 < columns; c0 += packed_panel_columns) {
+            const std::size_t n = std::min(packed_panel_columns, columns - c0);
+            const std::uint8_t* entries = panel + c0 * groups * packed_entry_bytes;
+            for (std::size_t t = first; t < last; ++t) {
+                const std::size_t r0 = t * packed_tile_rows;
+                kernels::tile_product<Arch>(w.tile(t), entries, n, y + c0 * rows + r0, rows, std::min(packed_tile_rows, rows - r0), Arch{});
+            }
+        }
+    });
+}
+
+
+} // namespace detail
+
+// Y = W·X on packed weights: X column-major (x[c * cols + i]), Y too (y[c * rows + r]), as
+// qk::gemm. scratch is reused between calls (its contents afterwards unspecified). On a qk::error
+// (a bad shape, a non-finite x, a pool already running) y is untouched.
+template <weight_format Block, class Arch = arch::native>
+void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y,
+          backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
+{
+    const std::size_t blocks = w.cols() / format_traits<Block>::block_size;
+    (void)detail::check_gemm<Block>(detail::gemm_entry::gemm, w.rows() * blocks, w.rows(), w.cols(), columns, x.size(), y.size(),
+                                    std::numeric_limits<std::size_t>::max());
+    detail::packed_gemm_checked<Block, Arch>(w, columns, x, y.data(), pool, scratch);
+}
+
+template <weight_format Block, class Arch = arch::native>
+void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool)
+{
+    std::vector<std::uint8_t> scratch;
+    gemm<Block, Arch>(w, columns, x, y, pool, scratch);
+}
+
+// y = W·x on packed weights.
+template <weight_format Block, class Arch = arch::native>
+void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool,
+          std::vector<std::uint8_t>& scratch)
+{
+    const std::size_t blocks = w.cols() / format_traits<Block>::block_size;
+    (void)detail::check_gemm<Block>(detail::gemm_entry::gemv, w.rows() * blocks, w.rows(), w.cols(), 1, x.size(), y.size(),
+                                    std::numeric_limits<std::size_t>::max());
+    detail::packed_gemm_checked<Block, Arch>(w, 1, x, y.data(), pool, scratch);
+}
+
+template <weight_format Block, class Arch = arch::native>
+void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool)
+{
+    std::vector<std::uint8_t> scratch;
+    gemv<Block, Arch>(w, x, y, pool, scratch);
+}
+
+} // namespace qk

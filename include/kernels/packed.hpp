@@ -1,0 +1,309 @@
+// Weights repacked for tiled matrix products (prompt processing, batched decoding, draft
+// verification): qk::packed_matrix<Block> owns a copy of GGUF rows rearranged in tiles of 16 rows,
+// and qk::packed_panel holds quantized activation columns arranged for the same kernels
+// (packed/*.hpp), which compute 16 rows x up to 8 columns at a time. backends/cpu drives them.
+//
+// Results equal the generic qk::dot bit for bit: each output value is the sum over blocks, in
+// order, of (d_w * d_a) * sumi rounded twice, as dot/generic.hpp computes it; only where and how
+// the exact integer sums are formed differs.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+
+#include "error.hpp"
+#include "formats.hpp"
+#include "fp16.hpp"
+
+namespace qk {
+
+// The layout, per format. A tile is packed_tile_rows rows (the last tile padded with zero
+// weights). Each group of 32 values of the tile's rows is one "code group":
+//  - 8-bit codes (Q8_0): 512 bytes, eight 64-byte vectors; vector k holds values 4k..4k+3 of rows
+//    0..15 in turn (row r at bytes 4r..4r+3), each stored as value + 128 (unsigned): an int8 dot
+//    instruction (u8 x s8, four products per 32-bit lane) then sums one row per lane.
+//  - 4-bit codes (MXFP4, IQ4_NL, IQ4_XS): 256 bytes, four 64-byte vectors; byte 4r + q of vector m
+//    holds the code of value 8m + q of row r in its low nibble and of value 8m + 4 + q in its high
+//    nibble, so that the two nibble halves of a vector are the 8-bit layout's vectors 2m, 2m + 1.
+// After the tile's code groups (all blocks of the row, in order) come its scales, block by block:
+//  - Q8_0, IQ4_NL: fp16 d[16], the scale of each row's block;
+//  - MXFP4: uint8 e[16] (E8M0);
+//  - IQ4_XS: fp16 d[16], then int8 ls[8][16]: the group multipliers ls - 32, group-major.
+// Tiles are padded to 64 bytes, and the storage is 64-byte aligned.
+inline constexpr std::size_t packed_tile_rows = 16;
+
+template <class Block>
+struct packed_traits;
+
+template <>
+struct packed_traits<block_q8_0> {
+    static constexpr std::size_t code_bytes = 512; // per group of 32 values
+    static constexpr std::size_t groups_per_block = 1;
+    static constexpr std::size_t scale_bytes = 32; // per block
+};
+template <>
+struct packed_traits<block_mxfp4> {
+    static constexpr std::size_t code_bytes = 256;
+    static constexpr std::size_t groups_per_block = 1;
+    static constexpr std::size_t scale_bytes = 16;
+};
+template <>
+struct packed_traits<block_iq4_nl> {
+    static constexpr std::size_t code_bytes = 256;
+    static constexpr std::size_t groups_per_block = 1;
+    static constexpr std::size_t scale_bytes = 32;
+};
+template <>
+struct packed_traits<block_iq4_xs> {
+    static constexpr std::size_t code_bytes = 256;
+    static constexpr std::size_t groups_per_block = 8;
+    static constexpr std::size_t scale_bytes = 32 + 8 * 16;
+};
+
+// One tile as the kernels read it.
+template <class Block>
+struct packed_tile {
+    const std::uint8_t* codes;  // groups * packed_traits<Block>::code_bytes
+    const std::uint8_t* scales; // blocks * packed_traits<Block>::scale_bytes
+    std::size_t blocks;         // per row
+};
+
+namespace detail {
+
+// The signed value (Q8_0) or the 4-bit code of element j of a block.
+inline int packed_element(const block_q8_0& b, std::size_t j) noexcept { return b.qs[j]; }
+template <class Block>
+inline int packed_element(const Block& b, std::size_t j) noexcept
+{
+    return j < 16 ? b.qs[j] & 0x0f : b.qs[j - 16] >> 4;
+}
+// Element j of group g (IQ4_XS stores a group's 32 codes as one 16-byte run, like IQ4_NL's block).
+inline int packed_element(const block_iq4_xs& b, std::size_t g, std::size_t j) noexcept
+{
+    const std::uint8_t byte = b.qs[16 * g + j % 16];
+    return j < 16 ? byte & 0x0f : byte >> 4;
+}
+
+// Places element j of row r of a group (its code, or for Q8_0 its value) in the group's bytes.
+template <class Block>
+inline void put_code(std::uint8_t* group, std::size_t r, std::size_t j, int code) noexcept
+{
+    const std::size_t k = j / 4;
+    const std::size_t q = j % 4;
+    if constexpr (packed_traits<Block>::code_bytes == 512) {
+        group[64 * k + 4 * r + q] = static_cast<std::uint8_t>(code + 128);
+    } else {
+        std::uint8_t& byte = group[64 * (k / 2) + 4 * r + q];
+        byte = static_cast<std::uint8_t>(byte | (k % 2 == 0 ? code : code << 4));
+    }
+}
+
+// Reads back what put_code placed (the generic kernel's decoding).
+template <class Block>
+[[nodiscard]] inline int get_code(const std::uint8_t* group, std::size_t r, std::size_t j) noexcept
+{
+    const std::size_t k = j / 4;
+    const std::size_t q = j % 4;
+    if constexpr (packed_traits<Block>::code_bytes == 512) {
+        return group[64 * k + 4 * r + q] - 128;
+    } else {
+        const std::uint8_t byte = group[64 * (k / 2) + 4 * r + q];
+        return k % 2 == 0 ? byte & 0x0f : byte >> 4;
+    }
+}
+
+struct aligned_free {
+    void operator()(std::uint8_t* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+};
+
+} // namespace detail
+
+// A weight matrix in the packed layout above, owning its bytes: once built, the GGUF rows it was
+// made from may be released. Same size as the GGUF rows but for the last tile's padding (and
+// IQ4_XS's 2 bytes per row and block, its group multipliers unpacked).
+template <weight_format Block>
+class packed_matrix {
+public:
+    static constexpr std::size_t block_size = format_traits<Block>::block_size;
+
+    packed_matrix() = default;
+
+    // Packs rows x cols weights given as GGUF rows (rows * cols / block_size blocks, row-major).
+    packed_matrix(std::span<const Block> w, std::size_t rows, std::size_t cols) : rows_(rows), cols_(cols)
+    {
+        constexpr std::string_view name = format_traits<Block>::name;
+        if (cols % block_size != 0) {
+            detail::fail("qk::packed_matrix<", name, ">: cols is ", cols, ", not a multiple of the block size ", block_size);
+        }
+        blocks_ = cols / block_size;
+        if (blocks_ != 0 && (rows > w.size() / blocks_ || rows * blocks_ != w.size())) {
+            detail::fail("qk::packed_matrix<", name, ">: w has ", w.size(), " blocks but rows ", rows, " x cols ", cols, " need ",
+                         blocks_, " per row");
+        }
+        if (blocks_ == 0 && !w.empty()) {
+            detail::fail("qk::packed_matrix<", name, ">: w has ", w.size(), " blocks but cols is 0");
+        }
+        tiles_ = (rows + packed_tile_rows - 1) / packed_tile_rows;
+        using traits = packed_traits<Block>;
+        const std::size_t raw = blocks_ * traits::groups_per_block * traits::code_bytes + blocks_ * traits::scale_bytes;
+        tile_bytes_ = (raw + 63) / 64 * 64;
+        if (tiles_ != 0 && tile_bytes_ > static_cast<std::size_t>(PTRDIFF_MAX) / tiles_) {
+            detail::fail("qk::packed_matrix<", name, ">: rows ", rows, " x cols ", cols, " do not fit in memory");
+        }
+        const std::size_t total = tiles_ * tile_bytes_;
+        if (total != 0) {
+            bytes_.reset(new (std::align_val_t{64}) std::uint8_t[total]);
+            std::memset(bytes_.get(), 0, total);
+        }
+        for (std::size_t t = 0; t < tiles_; ++t) {
+            pack_tile(w, t);
+        }
+    }
+
+    [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
+    [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
+    [[nodiscard]] std::size_t tiles() const noexcept { return tiles_; }
+    [[nodiscard]] std::size_t bytes() const noexcept { return tiles_ * tile_bytes_; }
+
+    [[nodiscard]] packed_tile<Block> tile(std::size_t t) const noexcept
+    {
+        const std::uint8_t* base = bytes_.get() + t * tile_bytes_;
+        return {base, base + blocks_ * packed_traits<Block>::groups_per_block * packed_traits<Block>::code_bytes, blocks_};
+    }
+
+private:
+    void pack_tile(std::span<const Block> w, std::size_t t)
+    {
+        using traits = packed_traits<Block>;
+        std::uint8_t* codes = bytes_.get() + t * tile_bytes_;
+        std::uint8_t* scales = codes + blocks_ * traits::groups_per_block * traits::code_bytes;
+        const std::size_t first = t * packed_tile_rows;
+        const std::size_t count = std::min(packed_tile_rows, rows_ - first);
+        for (std::size_t r = 0; r < count; ++r) {
+            const Block* row = w.data() + (first + r) * blocks_;
+            for (std::size_t b = 0; b < blocks_; ++b) {
+                std::uint8_t* block_scales = scales + b * traits::scale_bytes;
+                if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+                    for (std::size_t g = 0; g < 8; ++g) {
+                        std::uint8_t* group = codes + (b * 8 + g) * traits::code_bytes;
+                        for (std::size_t j = 0; j < 32; ++j) {
+                            detail::put_code<Block>(group, r, j, detail::packed_element(row[b], g, j));
+                        }
+                        block_scales[32 + 16 * g + r] = static_cast<std::uint8_t>(iq4_xs_group_scale(row[b], static_cast<int>(g)));
+                    }
+                    std::memcpy(block_scales + 2 * r, &row[b].d, 2);
+                } else {
+                    std::uint8_t* group = codes + b * traits::code_bytes;
+                    for (std::size_t j = 0; j < 32; ++j) {
+                        detail::put_code<Block>(group, r, j, detail::packed_element(row[b], j));
+                    }
+                    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+                        block_scales[r] = row[b].e;
+                    } else {
+                        std::memcpy(block_scales + 2 * r, &row[b].d, 2);
+                    }
+                }
+            }
+        }
+        // Padding rows: Q8_0's zero is code 128; 4-bit padding keeps code 0 with a zero scale
+        // (MXFP4: code 0 is the value 0).
+        if constexpr (traits::code_bytes == 512) {
+            for (std::size_t r = count; r < packed_tile_rows; ++r) {
+                for (std::size_t b = 0; b < blocks_; ++b) {
+                    for (std::size_t j = 0; j < 32; ++j) {
+                        detail::put_code<Block>(codes + b * traits::code_bytes, r, j, 0);
+                    }
+                }
+            }
+        }
+    }
+
+    std::size_t rows_ = 0;
+    std::size_t cols_ = 0;
+    std::size_t blocks_ = 0;
+    std::size_t tiles_ = 0;
+    std::size_t tile_bytes_ = 0;
+    std::unique_ptr<std::uint8_t[], detail::aligned_free> bytes_;
+};
+
+// Quantized activation columns as the tile kernels read them. Columns are taken eight at a time
+// (the last set may be smaller, n columns); for each group of 32 values such a set holds an
+// entry of n * 40 bytes: int8 qs[n][32], float scale[n] (the activation block's d), int32
+// correction[n] (-128 times the sum of the 32 qs: the 8-bit codes are stored biased by +128).
+inline constexpr std::size_t packed_panel_columns = 8;
+inline constexpr std::size_t packed_entry_bytes = 40; // per column and group
+
+// The panel's bytes for `columns` columns of `groups` groups of 32 values.
+[[nodiscard]] constexpr std::size_t packed_panel_bytes(std::size_t groups, std::size_t columns) noexcept
+{
+    return groups * columns * packed_entry_bytes;
+}
+
+namespace detail {
+
+// The qs, scale and correction of group g of one activation row.
+struct panel_group {
+    const std::int8_t* qs;
+    float scale;
+    std::int32_t correction;
+};
+
+// The correction is summed from the qs rather than taken from Q8_K's bsums, so that a block whose
+// bsums disagree with its qs gives what the reference (which ignores bsums) gives.
+inline std::int32_t correction(const std::int8_t* qs) noexcept
+{
+    std::int32_t sum = 0;
+    for (std::size_t j = 0; j < 32; ++j) {
+        sum += qs[j];
+    }
+    return -128 * sum;
+}
+
+inline panel_group activation_group(const block_q8_0* row, std::size_t g) noexcept
+{
+    return {row[g].qs.data(), fp16_to_fp32(row[g].d), correction(row[g].qs.data())};
+}
+
+inline panel_group activation_group(const block_q8_K* row, std::size_t g) noexcept
+{
+    const std::int8_t* qs = row[g / 8].qs.data() + 32 * (g % 8);
+    return {qs, row[g / 8].d, correction(qs)};
+}
+
+} // namespace detail
+
+// Fills a panel from `columns` rows of activation blocks (column c at a + c * blocks, each of
+// `blocks` blocks, as qk::quantize writes them). panel must hold packed_panel_bytes(groups,
+// columns) bytes, groups = blocks * values per block / 32.
+template <class Activation>
+void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, std::uint8_t* panel) noexcept
+{
+    const std::size_t groups = blocks * format_traits<Activation>::block_size / 32;
+    for (std::size_t c0 = 0; c0 < columns; c0 += packed_panel_columns) {
+        const std::size_t n = std::min(packed_panel_columns, columns - c0);
+        std::uint8_t* set = panel + c0 * groups * packed_entry_bytes;
+        const std::size_t stride = n * packed_entry_bytes;
+        for (std::size_t c = 0; c < n; ++c) {
+            const Activation* row = a + (c0 + c) * blocks;
+            // Three offsets rather than one moving pointer: g++ 12's -O2 on AVX-512 targets
+            // (induction-variable optimisation) sent the stores astray with the latter.
+            const std::size_t qs_at = 32 * c;
+            const std::size_t scale_at = 32 * n + 4 * c;
+            const std::size_t correction_at = 36 * n + 4 * c;
+            for (std::size_t g = 0; g < groups; ++g) {
+                const detail::panel_group group = detail::activation_group(row, g);
+                std::memcpy(set + g * stride + qs_at, group.qs, 32);
+                std::memcpy(set + g * stride + scale_at, &group.scale, 4);
+                std::memcpy(set + g * stride + correction_at, &group.correction, 4);
+            }
+        }
+    }
+}
+
+} // namespace qk

@@ -1,0 +1,184 @@
+// The tile kernel over packed weights (kernels/packed.hpp) on AVX-512 VNNI: 16 rows in the 16
+// int32 lanes of a vector, up to 8 columns at once. Each group of 32 weights is decoded once
+// (Q8_0 is stored ready; 4-bit codes go through vpshufb with the grid biased by +128) into eight
+// vectors, which every column then multiplies with vpdpbusd against its activation dwords,
+// broadcast from memory. The +128 bias comes back out through the column's correction, the
+// accumulator's starting value. The float steps are the reference's, lane by lane, unfused.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "../arch.hpp"
+#include "../formats.hpp"
+#include "../packed.hpp"
+#include "../target.hpp"
+#include "generic.hpp"
+
+#if QK_HAS_X86_KERNELS
+#include <immintrin.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace qk::kernels::packed_avx512_detail {
+
+// The 4-bit grids biased by +128, in each 128-bit lane (vpshufb looks up within lanes).
+template <const std::array<std::int8_t, 16>& Values>
+inline constexpr auto biased_grid = [] {
+    std::array<std::uint8_t, 64> table{};
+    for (std::size_t i = 0; i < 64; ++i) {
+        table[i] = static_cast<std::uint8_t>(Values[i % 16] + 128);
+    }
+    return table;
+}();
+
+template <class Arch>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512i broadcast32(const std::uint8_t* p) noexcept
+{
+    std::int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+template <class Arch>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512 broadcast_float(const std::uint8_t* p) noexcept
+{
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm512_set1_ps(v);
+}
+
+// Keeps a product from being fused into the addition that consumes it (the reference rounds both).
+template <class Arch>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512 rounded(__m512 v) noexcept
+{
+    __asm__("" : "+v"(v));
+    return v;
+}
+
+// Vectors 2m and 2m + 1 of a code group (values 8m .. 8m + 7 of each row), biased to unsigned.
+template <class Arch, class Block>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void decode_pair(const std::uint8_t* codes, std::size_t m, __m512i table, __m512i& even,
+                                                                    __m512i& odd) noexcept
+{
+    if constexpr (std::is_same_v<Block, block_q8_0>) {
+        even = _mm512_load_si512(codes + 128 * m);
+        odd = _mm512_load_si512(codes + 128 * m + 64);
+    } else {
+        const __m512i low = _mm512_set1_epi8(0x0f);
+        const __m512i v = _mm512_load_si512(codes + 64 * m);
+        even = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
+        odd = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+    }
+}
+
+// Each column keeps two int32 accumulators per group (even and odd vectors), so that 2N
+// independent vpdpbusd chains cover the instruction's latency; the vectors are decoded two at
+// a time, which leaves registers for them.
+template <class Arch, class Block, std::size_t N>
+QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* entries, float* y, std::size_t y_stride, __mmask16 rows) noexcept
+{
+    using traits = packed_traits<Block>;
+    __m512i table = _mm512_setzero_si512();
+    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+        table = _mm512_loadu_si512(biased_grid<mxfp4_values>.data());
+    } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
+        table = _mm512_loadu_si512(biased_grid<iq4_values>.data());
+    }
+    __m512 acc[N];
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    const std::uint8_t* codes = t.codes;
+    for (std::size_t b = 0; b < t.blocks; ++b) {
+        const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
+        __m512 dw;
+        if constexpr (std::is_same_v<Block, block_mxfp4>) {
+            // vscalefps(d_a, e - 128) is d_a * 2^(e - 128) correctly rounded: the reference's product.
+            dw = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
+                                                     _mm512_set1_epi32(128)));
+        } else {
+            dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
+        }
+        for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
+            __m512i even_sum[N];
+            __m512i odd_sum[N];
+#pragma GCC unroll 8
+            for (std::size_t c = 0; c < N; ++c) {
+                even_sum[c] = broadcast32<Arch>(entries + 36 * N + 4 * c);
+                odd_sum[c] = _mm512_setzero_si512();
+            }
+#pragma GCC unroll 4
+            for (std::size_t m = 0; m < 4; ++m) {
+                __m512i even;
+                __m512i odd;
+                decode_pair<Arch, Block>(codes, m, table, even, odd);
+#pragma GCC unroll 8
+                for (std::size_t c = 0; c < N; ++c) {
+                    even_sum[c] = _mm512_dpbusd_epi32(even_sum[c], even, broadcast32<Arch>(entries + 32 * c + 8 * m));
+                    odd_sum[c] = _mm512_dpbusd_epi32(odd_sum[c], odd, broadcast32<Arch>(entries + 32 * c + 8 * m + 4));
+                }
+            }
+            __m512 ls = _mm512_setzero_ps();
+            if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+                ls = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
+            }
+#pragma GCC unroll 8
+            for (std::size_t c = 0; c < N; ++c) {
+                const __m512 da = broadcast_float<Arch>(entries + 32 * N + 4 * c);
+                __m512 d;
+                if constexpr (std::is_same_v<Block, block_mxfp4>) {
+                    d = _mm512_scalef_ps(da, dw);
+                } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+                    d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
+                } else {
+                    d = _mm512_mul_ps(dw, da);
+                }
+                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
+                acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        _mm512_mask_storeu_ps(y + c * y_stride, rows, acc[c]);
+    }
+}
+
+} // namespace qk::kernels::packed_avx512_detail
+
+namespace qk::kernels {
+
+template <class Arch, class Block>
+QK_TARGET_AVX512VNNI void tile_product(const packed_tile<Block>& tile, const std::uint8_t* entries, std::size_t n, float* y,
+                                       std::size_t y_stride, std::size_t rows, arch::requires_arch<arch::avx512vnni>) noexcept
+{
+    namespace k = packed_avx512_detail;
+    const auto mask = static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+    switch (n) {
+    case 1: k::tile<Arch, Block, 1>(tile, entries, y, y_stride, mask); break;
+    case 2: k::tile<Arch, Block, 2>(tile, entries, y, y_stride, mask); break;
+    case 3: k::tile<Arch, Block, 3>(tile, entries, y, y_stride, mask); break;
+    case 4: k::tile<Arch, Block, 4>(tile, entries, y, y_stride, mask); break;
+    case 5: k::tile<Arch, Block, 5>(tile, entries, y, y_stride, mask); break;
+    case 6: k::tile<Arch, Block, 6>(tile, entries, y, y_stride, mask); break;
+    case 7: k::tile<Arch, Block, 7>(tile, entries, y, y_stride, mask); break;
+    default: k::tile<Arch, Block, 8>(tile, entries, y, y_stride, mask); break;
+    }
+}
+
+} // namespace qk::kernels
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif // QK_HAS_X86_KERNELS

@@ -1,0 +1,158 @@
+// qk::packed_matrix and qk::gemm / qk::gemv on it (kernels/packed.hpp, backends/cpu/packed_gemm.hpp),
+// and the CPU context's gemm: every output equals the generic qk::dot of its row and column, bit
+// for bit (the tile kernels keep the reference's float steps), for every weight format, every
+// shape edge (rows around the 16-row tile, columns around the 8-column set, one block per row)
+// and 1..3 threads. The SIMD tile kernels are checked against the generic one per tag in
+// arch/kernels.cpp.
+#include <doctest/doctest.h>
+
+#include <qkern.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inputs.hpp"
+#include "test_support.hpp"
+
+using namespace qk_test;
+using qk::backend::cpu::thread_pool;
+
+namespace {
+
+constexpr std::uint32_t sentinel_bits = 0x7fc0beef;
+
+template <class Block>
+std::vector<float> dot_per_value(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const std::size_t blocks = cols / qk::format_traits<Block>::block_size;
+    std::vector<float> y(rows * columns);
+    for (std::size_t c = 0; c < columns; ++c) {
+        const auto a = qk::quantize<activation, qk::arch::generic>(x.subspan(c * cols, cols));
+        for (std::size_t r = 0; r < rows; ++r) {
+            y[c * rows + r] = qk::dot<Block, qk::arch::generic>(w.subspan(r * blocks, blocks), a);
+        }
+    }
+    return y;
+}
+
+std::size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b)
+{
+    REQUIRE(a.size() == b.size());
+    std::size_t differences = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        differences += bits(a[i]) != bits(b[i]);
+    }
+    return differences;
+}
+
+template <class Block, class Arch>
+void check_packed_gemm_equals_dot()
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    std::vector<std::unique_ptr<thread_pool>> pools;
+    for (std::size_t threads : {1u, 2u, 3u}) {
+        pools.push_back(std::make_unique<thread_pool>(threads));
+    }
+    std::vector<std::uint8_t> scratch;
+    for (std::size_t rows : {1u, 15u, 16u, 17u, 40u, 129u}) {
+        for (std::size_t cols : {size, 3 * size}) {
+            const auto w = qk_inputs::random_blocks<Block>(rows * cols / size, static_cast<std::uint32_t>(rows * 131 + cols));
+            const qk::packed_matrix<Block> packed(w, rows, cols);
+            for (std::size_t columns : {1u, 2u, 3u, 7u, 8u, 9u, 15u, 16u, 17u, 40u}) {
+                CAPTURE(rows);
+                CAPTURE(cols);
+                CAPTURE(columns);
+                const auto x = normal(columns * cols, 1.0f, static_cast<std::uint32_t>(rows + 7 * cols + 1000 * columns));
+                const auto expected = dot_per_value<Block>(w, rows, cols, columns, x);
+                for (const auto& pool : pools) {
+                    CAPTURE(pool->size());
+                    std::vector<float> y(rows * columns, std::bit_cast<float>(sentinel_bits));
+                    qk::gemm<Block, Arch>(packed, columns, x, y, *pool, scratch);
+                    CHECK(bit_differences(y, expected) == 0);
+                }
+                if (columns == 1) {
+                    std::vector<float> y(rows, std::bit_cast<float>(sentinel_bits));
+                    qk::gemv<Block, Arch>(packed, x, y, *pools.back());
+                    CHECK(bit_differences(y, expected) == 0);
+                }
+            }
+        }
+    }
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of each row and column, bit for bit", Block, packed_gemm_equals_dot)
+{
+    SUBCASE("generic tag") { check_packed_gemm_equals_dot<Block, qk::arch::generic>(); }
+    SUBCASE("native tag") { check_packed_gemm_equals_dot<Block, qk::arch::native>(); }
+}
+TEST_CASE_TEMPLATE_APPLY(packed_gemm_equals_dot, qk::weight_formats::tuple);
+
+TEST_CASE_TEMPLATE_DEFINE("packed gemm rejects bad shapes with a qk::error naming the values, y untouched", Block, packed_gemm_rejects)
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    const std::size_t rows = 5;
+    const std::size_t cols = 2 * size;
+    const auto w = qk_inputs::random_blocks<Block>(rows * 2, 3);
+    CHECK_THROWS_WITH_AS(qk::packed_matrix<Block>(w, rows + 1, cols), doctest::Contains("w has 10 blocks"), qk::error);
+    CHECK_THROWS_WITH_AS(qk::packed_matrix<Block>(w, rows, cols + 1), doctest::Contains("not a multiple of the block size"), qk::error);
+    const qk::packed_matrix<Block> packed(w, rows, cols);
+    thread_pool pool(2);
+    const auto x = normal(3 * cols, 1.0f, 5);
+    std::vector<float> y(3 * rows, std::bit_cast<float>(sentinel_bits));
+    const auto untouched = [&] { return std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == sentinel_bits; }); };
+    CHECK_THROWS_WITH_AS(qk::gemm(packed, 0, x, y, pool), doctest::Contains("columns is 0"), qk::error);
+    CHECK_THROWS_WITH_AS(qk::gemm(packed, 2, x, y, pool), doctest::Contains(("x has " + std::to_string(3 * cols) + " values").c_str()), qk::error);
+    CHECK_THROWS_WITH_AS(qk::gemm(packed, 3, x, std::span<float>(y).first(3 * rows - 1), pool),
+                         doctest::Contains(("y has " + std::to_string(3 * rows - 1) + " values").c_str()), qk::error);
+    CHECK_THROWS_WITH_AS(qk::gemv(packed, std::span<const float>(x).first(cols - 1), std::span<float>(y).first(rows), pool),
+                         doctest::Contains(("x has " + std::to_string(cols - 1) + " values but cols is " + std::to_string(cols)).c_str()), qk::error);
+    auto bad = x;
+    bad[cols + 3] = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_AS(qk::gemm(packed, 3, bad, y, pool), qk::error);
+    CHECK(untouched());
+}
+TEST_CASE_TEMPLATE_APPLY(packed_gemm_rejects, qk::weight_formats::tuple);
+
+TEST_CASE_TEMPLATE_DEFINE("the CPU context's gemm owns its weights and equals qk::dot per value", Block, context_gemm_owns)
+{
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    const std::size_t rows = 33;
+    const std::size_t cols = 2 * size;
+    const auto w = qk_inputs::random_blocks<Block>(rows * 2, 11);
+    const std::size_t columns = 10;
+    const auto x = normal(columns * cols, 1.0f, 12);
+    for (std::size_t threads : {1u, 3u}) {
+        CAPTURE(threads);
+        qk::backend::cpu::context context(threads);
+        std::optional<qk::backend::cpu::matrix<Block>> m;
+        {
+            auto copy = w; // released before the products: the context keeps its own copy
+            m.emplace(context.upload<Block>(copy, rows, cols));
+            std::fill(copy.begin(), copy.end(), Block{});
+        }
+        std::vector<float> y(rows * columns);
+        context.gemm(*m, columns, x, y);
+        std::vector<float> expected(rows * columns);
+        if (m->is_packed()) {
+            expected = dot_per_value<Block>(w, rows, cols, columns, x);
+        } else {
+            thread_pool pool(1);
+            qk::dispatch([&]<class Tag>(Tag) { qk::gemm<Block, Tag>(w, rows, cols, columns, x, expected, pool); });
+        }
+        CHECK(bit_differences(y, expected) == 0);
+        std::vector<float> column(rows);
+        context.gemv(*m, std::span<const float>(x).subspan(cols, cols), column);
+        CHECK(bit_differences(column, std::vector<float>(expected.begin() + static_cast<std::ptrdiff_t>(rows),
+                                                         expected.begin() + static_cast<std::ptrdiff_t>(2 * rows))) == 0);
+        std::vector<float> short_y(rows * columns - 1, std::bit_cast<float>(sentinel_bits));
+        CHECK_THROWS_AS(context.gemm(*m, columns, x, short_y), qk::error);
+        CHECK(std::all_of(short_y.begin(), short_y.end(), [](float v) { return bits(v) == sentinel_bits; }));
+    }
+}
+TEST_CASE_TEMPLATE_APPLY(context_gemm_owns, qk::weight_formats::tuple);
