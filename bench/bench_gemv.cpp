@@ -1,13 +1,18 @@
 // Mat-vec throughput against the machine's memory bandwidth. First this binary measures the
-// streaming-read bandwidth (an AVX2 sum of 256 MiB, on 1 and 2 threads of the CPU pool); then a
-// 14336 x 4096 gemv per weight format, on qk::arch::native and on the tag qk::dispatch picks,
-// reports weight bytes per second and `bandwidth_fraction`: that rate over the streaming-read
-// bandwidth of the same thread count. A mat-vec reads each weight once, so 1.0 is its ceiling.
+// streaming-read bandwidth (an AVX2 sum over 1 GiB or four times the last-level cache the OS
+// reports, whichever is larger, on 1 and 2 threads of the CPU pool); then a 14336 x 4096 gemv per
+// weight format, rotating over copies of the weights as large in total, three ways: qk::gemv on
+// qk::arch::native and on the tag qk::dispatch picks (GGUF rows), and the CPU context's gemv (its
+// own copy, packed where the CPU has tile kernels). Each reports weight bytes per second and
+// `bandwidth_fraction`: that rate over the streaming-read bandwidth of the same thread count. A
+// mat-vec reads each weight once, so 1.0 is its ceiling.
 #include <benchmark/benchmark.h>
 
 #include <kernels/dispatch.hpp>
+#include <backends/cpu/context.hpp>
 #include <backends/cpu/gemv.hpp>
 #include <backends/cpu/read_bandwidth.hpp>
+
 
 #include <algorithm>
 #include <array>
@@ -18,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "inputs.hpp"
@@ -44,8 +50,14 @@ thread_pool& pool_of(std::size_t threads)
 
 // ---- (a) streaming-read bandwidth -------------------------------------------------------------
 
-// Far beyond any cache, so every pass reads DRAM.
-constexpr std::size_t stream_floats = std::size_t{256} << 20 >> 2;
+// Far beyond any cache, so every pass reads DRAM: at least 1 GiB and four times the last-level
+// cache the OS reports.
+std::size_t bench_bytes()
+{
+    return qk::backend::cpu::streaming_bytes();
+}
+
+const std::size_t stream_floats = bench_bytes() / sizeof(float);
 
 const std::vector<float>& stream_array()
 {
@@ -130,18 +142,19 @@ double stream_bandwidth(std::size_t threads)
 constexpr std::size_t rows = 14336;
 constexpr std::size_t cols = 4096;
 
-// A matrix of 4-bit weights (~31 MB) would fit in this class of machine's L3 (32 MB) and
-// be served from it on every call after the first; a mat-vec in a model streams its weights
-// from DRAM. Calls therefore rotate over copies at distinct addresses totalling >= 128 MiB.
-constexpr std::size_t rotation_bytes = std::size_t{128} << 20;
-
+// A matrix of 4-bit weights (~31 MB) would fit in a server's L3 and be served from it on every
+// call after the first; a mat-vec in a model streams its weights from DRAM. Calls therefore
+// rotate over copies at distinct addresses totalling bench_bytes().
 template <class Block>
 struct weight_set {
     std::size_t blocks_per_matrix = rows * cols / qk::format_traits<Block>::block_size;
-    std::size_t copies = (rotation_bytes + blocks_per_matrix * sizeof(Block) - 1) / (blocks_per_matrix * sizeof(Block));
+    std::size_t copies;
     std::vector<Block> blocks;
 
-    weight_set() : blocks(blocks_per_matrix * copies)
+    // only_one: a single copy, to upload from.
+    explicit weight_set(bool only_one = false)
+        : copies(only_one ? 1 : (bench_bytes() + blocks_per_matrix * sizeof(Block) - 1) / (blocks_per_matrix * sizeof(Block))),
+          blocks(blocks_per_matrix * copies)
     {
         // Random bytes with finite scales: quantizing 58.7 M values with the IQ4 search would take
         // most of a minute, and the kernels' cost does not depend on the values.
@@ -170,14 +183,47 @@ struct weight_set {
     }
 };
 
+// The copies of one format at a time (several GiB each on a large server): a benchmark of another
+// format, or of the other layout, releases them first.
+std::shared_ptr<void> current_set;
+const std::type_info* current_type = nullptr;
+
+template <class Set>
+const Set& hold()
+{
+    if (current_type != &typeid(Set)) {
+        current_set.reset();
+        current_set = std::make_shared<Set>();
+        current_type = &typeid(Set);
+    }
+    return *static_cast<const Set*>(current_set.get());
+}
+
 template <class Block>
 const weight_set<Block>& weights()
 {
-    static const weight_set<Block> set;
-    return set;
+    return hold<weight_set<Block>>();
 }
 
-enum class tag_choice { native, dispatched };
+// The CPU context's copies of the same matrix, made by uploading one and copying it.
+template <class Block>
+struct context_set {
+    qk::backend::cpu::context uploader;
+    std::vector<qk::backend::cpu::matrix<Block>> matrices;
+    std::size_t bytes = 0;
+
+    context_set()
+    {
+        const weight_set<Block> one_copy_source(true);
+        const auto first = uploader.upload<Block>(one_copy_source.matrix(0), rows, cols);
+        const std::size_t matrix_bytes = first.is_packed() ? first.packed().bytes() : first.blocks().size_bytes();
+        const std::size_t copies = (bench_bytes() + matrix_bytes - 1) / matrix_bytes;
+        matrices.assign(copies, first);
+        bytes = matrix_bytes;
+    }
+};
+
+enum class tag_choice { native, dispatched, context };
 
 template <class Block, tag_choice choice>
 void gemv(benchmark::State& state)
@@ -186,25 +232,46 @@ void gemv(benchmark::State& state)
     const auto threads = static_cast<std::size_t>(state.range(0));
     thread_pool& pool = pool_of(threads);
     const double bandwidth = stream_bandwidth(threads);
-    const auto& set = weights<Block>();
     const std::vector<float> x = qk_inputs::normal(cols, 1.0f, 1);
     std::vector<float> y(rows);
     std::vector<activation> scratch(qk::gemm_scratch_blocks<Block>(cols));
-
+    double matrix_bytes = 0;
     std::size_t call = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (auto _ : state) {
-        const auto w = set.matrix(call++);
-        if constexpr (choice == tag_choice::native) {
-            qk::gemv<Block>(w, rows, cols, x, y, pool, scratch);
-        } else {
-            qk::dispatch([&]<class Tag>(Tag) { qk::gemv<Block, Tag>(w, rows, cols, x, y, pool, scratch); });
+    auto start = std::chrono::steady_clock::now();
+    if constexpr (choice == tag_choice::context) {
+        const auto& set = hold<context_set<Block>>();
+        qk::backend::cpu::context context(threads);
+        matrix_bytes = static_cast<double>(set.bytes);
+        for (const auto& m : set.matrices) { // one untimed pass: a virtual machine's host may back new pages lazily
+            context.gemv(m, x, y);
         }
-        benchmark::DoNotOptimize(y.data());
-        benchmark::ClobberMemory();
+        start = std::chrono::steady_clock::now();
+        for (auto _ : state) {
+            context.gemv(set.matrices[call++ % set.matrices.size()], x, y);
+            benchmark::DoNotOptimize(y.data());
+            benchmark::ClobberMemory();
+        }
+        state.SetLabel(set.matrices.front().is_packed() ? "packed" : "plain rows");
+    } else {
+        const auto& set = weights<Block>();
+        matrix_bytes = static_cast<double>(set.blocks_per_matrix * sizeof(Block));
+        for (std::size_t copy = 0; copy < set.copies; ++copy) { // one untimed pass, as above
+            qk::dispatch([&]<class Tag>(Tag) { qk::gemv<Block, Tag>(set.matrix(copy), rows, cols, x, y, pool, scratch); });
+        }
+        start = std::chrono::steady_clock::now();
+        for (auto _ : state) {
+            const auto w = set.matrix(call++);
+            if constexpr (choice == tag_choice::native) {
+                qk::gemv<Block>(w, rows, cols, x, y, pool, scratch);
+            } else {
+                qk::dispatch([&]<class Tag>(Tag) { qk::gemv<Block, Tag>(w, rows, cols, x, y, pool, scratch); });
+            }
+            benchmark::DoNotOptimize(y.data());
+            benchmark::ClobberMemory();
+        }
     }
     const double seconds = seconds_since(start);
-    const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(set.blocks_per_matrix * sizeof(Block));
+    const double bytes = static_cast<double>(state.iterations()) * matrix_bytes;
     state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
     state.counters["bandwidth_fraction"] = bytes / seconds / bandwidth;
 }
@@ -225,11 +292,16 @@ void register_gemv()
         ->ArgName("threads")
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("gemv_14336x4096/" + name + "/context").c_str(), gemv<Block, tag_choice::context>)
+        ->DenseRange(1, max_threads)
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 // Registration order is run order: the bandwidth first, so every gemv finds its reference.
 [[maybe_unused]] const bool registered = [] {
-    benchmark::RegisterBenchmark("stream_read_256MiB", stream_read)
+    benchmark::RegisterBenchmark("stream_read", stream_read)
         ->DenseRange(1, max_threads)
         ->ArgName("threads")
         ->UseRealTime()

@@ -130,12 +130,17 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
                                    ns / static_cast<double>(dot_values / 32), static_cast<double>(w.size() * sizeof(Block)) / seconds / 1e9, -1.0});
             });
 
-            // Enough copies of the matrix to exceed any last-level cache (a 4-bit 14336 x 4096
-            // matrix alone, ~31 MB, could sit in a 32 MiB L3); each call reads the next copy.
+            // Copies of the matrix totalling the bandwidth probe's size (1 GiB, or four times the
+            // last-level cache the OS reports), so that no cache holds them; each call reads the
+            // next copy. One matrix is drawn and copied: drawing gigabytes would take minutes.
             const std::size_t matrix_blocks = rows * cols / size;
-            const std::size_t copies = std::max<std::size_t>(1, ((std::size_t{128} << 20) + matrix_blocks * sizeof(Block) - 1) /
+            const std::size_t copies = std::max<std::size_t>(1, (qk::backend::cpu::streaming_bytes() + matrix_blocks * sizeof(Block) - 1) /
                                                                     (matrix_blocks * sizeof(Block)));
-            const auto matrices = qk_inputs::random_blocks_fixed_scale<Block>(copies * matrix_blocks, 3);
+            const auto one = qk_inputs::random_blocks_fixed_scale<Block>(matrix_blocks, 3);
+            std::vector<Block> matrices(copies * matrix_blocks);
+            for (std::size_t copy = 0; copy < copies; ++copy) {
+                std::copy(one.begin(), one.end(), matrices.begin() + static_cast<std::ptrdiff_t>(copy * matrix_blocks));
+            }
             std::size_t next = 0;
             std::vector<float> x(cols);
             for (std::size_t i = 0; i < cols; ++i) {

@@ -16,6 +16,8 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include "error.hpp"
 #include "formats.hpp"
@@ -166,10 +168,31 @@ public:
         }
     }
 
+    // A value type: copies are deep (a copy is as large as the original), moves are cheap.
+    packed_matrix(const packed_matrix& other)
+        : rows_(other.rows_), cols_(other.cols_), blocks_(other.blocks_), tiles_(other.tiles_), tile_bytes_(other.tile_bytes_)
+    {
+        if (other.bytes_) {
+            bytes_.reset(new (std::align_val_t{64}) std::uint8_t[other.bytes()]);
+            std::memcpy(bytes_.get(), other.bytes_.get(), other.bytes());
+        }
+    }
+    packed_matrix& operator=(const packed_matrix& other)
+    {
+        if (this != &other) {
+            packed_matrix copy(other);
+            *this = std::move(copy);
+        }
+        return *this;
+    }
+    packed_matrix(packed_matrix&&) noexcept = default;
+    packed_matrix& operator=(packed_matrix&&) noexcept = default;
+    ~packed_matrix() = default;
+
     [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
     [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
     [[nodiscard]] std::size_t tiles() const noexcept { return tiles_; }
-    [[nodiscard]] std::size_t bytes() const noexcept { return tiles_ * tile_bytes_; }
+    [[nodiscard]] std::size_t bytes() const noexcept { return bytes_ ? tiles_ * tile_bytes_ : 0; }
 
     [[nodiscard]] packed_tile<Block> tile(std::size_t t) const noexcept
     {

@@ -1,8 +1,8 @@
 // qk::gemm and qk::gemv on a qk::packed_matrix: the CPU backend's threaded driver over the tile
 // kernels (kernels/tile_product.hpp). The activations are quantized once per call, as qk::gemm
-// does, then arranged in panels; threads take runs of four tiles (64 rows) and sweep every
-// column set over them while those rows stay in the core's L2. Results equal qk::gemm's on the
-// generic tag bit for bit, whatever the tag and the number of threads.
+// does, then arranged in panels; threads take long runs of tiles and sweep every column set over
+// four tiles (64 rows) at a time, while those stay in the core's L2. Results equal qk::gemm's on
+// the generic tag bit for bit, whatever the tag and the number of threads.
 #pragma once
 
 #include <algorithm>
@@ -24,9 +24,9 @@ namespace qk {
 
 namespace detail {
 
-// Rows per task: 64 (tiles_per_task tiles) keeps a Q8_0 row run of 4096 columns (280 KiB) in L2
-// while every column set passes over it; fewer when that would leave threads without work.
-inline constexpr std::size_t tiles_per_task = 4;
+// Four tiles (64 rows) of 4096 Q8_0 columns are 280 KiB: they stay in L2 while every column set
+// passes over them.
+inline constexpr std::size_t tiles_per_sweep = 4;
 
 template <weight_format Block, class Arch>
 void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
@@ -56,25 +56,30 @@ void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std
         return;
     }
 
+    // Each task is one contiguous run of tiles, as long as gemv's tasks (long runs keep the
+    // hardware prefetchers streaming); within it, every column set passes over four tiles at a
+    // time while those stay in L2.
     const std::size_t tiles = w.tiles();
-    const std::size_t wanted = pool.size() * gemm_tasks_per_thread;
-    const std::size_t per_task = std::clamp<std::size_t>(tiles / wanted, 1, tiles_per_task);
+    const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
+    const std::size_t per_task = (tiles + chunks - 1) / chunks;
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
     const std::size_t rows = w.rows();
     pool.run(tasks, [&](std::size_t task) {
-        const std::size_t first = task * per_task;
-        const std::size_t last = std::min(tiles, first + per_task);
-        for (std::size_t c0 = 0; c0 < columns; c0 += packed_panel_columns) {
-            const std::size_t n = std::min(packed_panel_columns, columns - c0);
-            const std::uint8_t* entries = panel + c0 * groups * packed_entry_bytes;
-            for (std::size_t t = first; t < last; ++t) {
-                const std::size_t r0 = t * packed_tile_rows;
-                kernels::tile_product<Arch>(w.tile(t), entries, n, y + c0 * rows + r0, rows, std::min(packed_tile_rows, rows - r0), Arch{});
+        const std::size_t task_end = std::min(tiles, (task + 1) * per_task);
+        for (std::size_t first = task * per_task; first < task_end; first += tiles_per_sweep) {
+            const std::size_t last = std::min(task_end, first + tiles_per_sweep);
+            for (std::size_t c0 = 0; c0 < columns; c0 += packed_panel_columns) {
+                const std::size_t n = std::min(packed_panel_columns, columns - c0);
+                const std::uint8_t* entries = panel + c0 * groups * packed_entry_bytes;
+                for (std::size_t t = first; t < last; ++t) {
+                    const std::size_t r0 = t * packed_tile_rows;
+                    kernels::tile_product<Arch>(w.tile(t), entries, n, y + c0 * rows + r0, rows, std::min(packed_tile_rows, rows - r0),
+                                                Arch{});
+                }
             }
         }
     });
 }
-
 
 } // namespace detail
 

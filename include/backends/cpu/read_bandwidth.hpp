@@ -10,6 +10,10 @@
 #include <span>
 #include <vector>
 
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
 #include "../../kernels/dispatch.hpp"
 #include "../../kernels/target.hpp"
 #include "thread_pool.hpp"
@@ -62,9 +66,34 @@ QK_TARGET_AVX2 inline float sum_avx2(const float* p, std::size_t n) noexcept
 
 } // namespace detail
 
-// A buffer for measure_read_bandwidth: 256 MiB, written so that every page is backed by its own
-// memory (untouched pages all map one shared zero page, which stays in cache).
-[[nodiscard]] inline std::vector<float> make_bandwidth_buffer(std::size_t bytes = std::size_t{256} << 20)
+// The last-level cache the OS reports, in bytes (0 where it says nothing).
+[[nodiscard]] inline std::size_t last_level_cache_bytes() noexcept
+{
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0) {
+        return static_cast<std::size_t>(l3);
+    }
+#endif
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0) {
+        return static_cast<std::size_t>(l2);
+    }
+#endif
+    return 0;
+}
+
+// How much a memory measurement must read so that no cache serves it: 1 GiB, or four times the
+// last-level cache where that is larger (servers report hundreds of MiB of L3).
+[[nodiscard]] inline std::size_t streaming_bytes() noexcept
+{
+    return std::max(std::size_t{1} << 30, 4 * last_level_cache_bytes());
+}
+
+// A buffer for measure_read_bandwidth, streaming_bytes() by default, written so that every page is
+// backed by its own memory (untouched pages all map one shared zero page, which stays in cache).
+[[nodiscard]] inline std::vector<float> make_bandwidth_buffer(std::size_t bytes = streaming_bytes())
 {
     return std::vector<float>(bytes / sizeof(float), 1.0f);
 }
