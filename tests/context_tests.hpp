@@ -69,6 +69,8 @@ inline engine_inputs make_engine_inputs()
 
 struct step_result {
     std::vector<float> y;             // W x: rows values
+    std::vector<float> y_gemm;        // W [x, -x, 2x] by gemm: 3 x rows values
+    std::vector<float> y_columns;     // the same by gemv, column by column
     std::vector<float> x;             // the solve's X: n x k values
     std::vector<std::int32_t> tokens; // n_seq tokens per sampling step, step after step
 };
@@ -81,6 +83,18 @@ step_result engine_step(Context& ctx, const engine_inputs& in)
     const auto m = ctx.template upload<qk::block_q8_0>(in.w, in.rows, in.cols);
     r.y.resize(in.rows);
     ctx.gemv(m, in.x, r.y);
+    std::vector<float> x3;
+    for (const float scale : {1.0f, -1.0f, 2.0f}) {
+        for (const float v : in.x) {
+            x3.push_back(scale * v);
+        }
+    }
+    r.y_gemm.resize(3 * in.rows);
+    ctx.gemm(m, 3, x3, r.y_gemm);
+    r.y_columns.resize(3 * in.rows);
+    for (std::size_t c = 0; c < 3; ++c) {
+        ctx.gemv(m, std::span<const float>(x3).subspan(c * in.cols, in.cols), std::span<float>(r.y_columns).subspan(c * in.rows, in.rows));
+    }
     r.x.resize(in.b.size());
     ctx.solve_tri(in.a.data(), in.b.data(), r.x.data(), in.n, in.k, 1, in.solve_options);
     std::vector<qk::sampling::chain> chains;

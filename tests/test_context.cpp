@@ -98,8 +98,13 @@ TEST_CASE("cpu context: the engine template on 1, 2 and 3 threads, against the r
                              in.solve_options) == static_cast<std::size_t>(in.n * in.k));
         CHECK(r.tokens == tokens);
 
+        // gemm is gemv column by column, bit for bit; its column 0 is x itself.
+        CHECK(same_bits(r.y_gemm, r.y_columns));
+        CHECK(same_bits(std::vector<float>(r.y_gemm.begin(), r.y_gemm.begin() + static_cast<std::ptrdiff_t>(rows)), r.y));
+
         // The pool only spreads rows, tasks and sequences over threads: the same bits on any count.
         CHECK(same_bits(r.y, results.front().y));
+        CHECK(same_bits(r.y_gemm, results.front().y_gemm));
         CHECK(same_bits(r.x, results.front().x));
     }
 }

@@ -17,12 +17,14 @@
 namespace qk::backend {
 
 // Resident weights of one format: upload(blocks, rows, cols) gives C::matrix_type<Block>, which
-// gemv(matrix, x, y) multiplies (y = W·x).
+// gemv(matrix, x, y) multiplies (y = W·x) and gemm(matrix, columns, x, y) too (Y = W·X, x and y
+// column-major: x[c * cols + i], y[c * rows + r]).
 template <class C, class Block>
 concept weights_of = requires(C& c, const C& const_c, std::span<const Block> blocks, std::size_t rows, std::size_t cols,
                               const typename C::template matrix_type<Block>& w, std::span<const float> x, std::span<float> y) {
     { const_c.upload(blocks, rows, cols) } -> std::same_as<typename C::template matrix_type<Block>>;
     c.gemv(w, x, y);
+    c.gemm(w, cols, x, y);
 };
 
 // Whether C takes every format of a format_list.

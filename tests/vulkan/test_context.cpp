@@ -8,6 +8,8 @@
 #include <backends/vulkan/context.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <vector>
 
@@ -31,6 +33,16 @@ TEST_CASE("vulkan context: one engine template on both backends")
     const auto g = engine_step(gpu, in);
 
     CHECK(c.tokens == g.tokens);
+    // gemm is gemv column by column, bit for bit, on each backend; column 0 is x itself.
+    for (const auto* r : {&c, &g}) {
+        REQUIRE(r->y_gemm.size() == 3 * rows);
+        for (std::size_t i = 0; i < r->y_gemm.size(); ++i) {
+            CHECK(std::bit_cast<std::uint32_t>(r->y_gemm[i]) == std::bit_cast<std::uint32_t>(r->y_columns[i]));
+        }
+        for (std::size_t i = 0; i < rows; ++i) {
+            CHECK(std::bit_cast<std::uint32_t>(r->y_gemm[i]) == std::bit_cast<std::uint32_t>(r->y[i]));
+        }
+    }
     CHECK(std::count(g.tokens.begin(), g.tokens.end(), -1) == 4); // row 1 is inactive in each of the 4 steps
     // Solves: each within the forward-error bound 2 gamma_(n+5) cond(A) of a diagonally dominant
     // triangle (off-diagonal row sums below 1 against diagonals above 2: cond(A) below 2), so they
@@ -62,6 +74,16 @@ TEST_CASE("vulkan context: both contexts reject bad shapes with a qk::error befo
     const std::vector<qk::block_q8_0> w(4);
     CHECK_THROWS_AS((void)cpu.upload<qk::block_q8_0>(w, 3, 64), qk::error); // 4 blocks for 3 rows of 2
     CHECK_THROWS_AS((void)gpu.upload<qk::block_q8_0>(w, 3, 64), qk::error);
+    const auto cm = cpu.upload<qk::block_q8_0>(w, 2, 64);
+    const auto gm = gpu.upload<qk::block_q8_0>(w, 2, 64);
+    const std::vector<float> x(3 * 64, 1.0f);
+    std::vector<float> y(6, 42.0f);
+    CHECK_THROWS_WITH_AS(gpu.gemm(gm, 0, x, y), doctest::Contains("columns is 0"), qk::error);
+    CHECK_THROWS_WITH_AS(gpu.gemm(gm, 3, x, std::span<float>(y).first(5)), doctest::Contains("y 5 for 3 columns of a 2 x 64 matrix"),
+                         qk::error);
+    CHECK_THROWS_AS(gpu.gemm(gm, 2, x, std::span<float>(y).first(4)), qk::error); // x holds 3 columns
+    CHECK_THROWS_AS(cpu.gemm(cm, 3, x, std::span<float>(y).first(5)), qk::error);
+    CHECK(y == std::vector<float>(6, 42.0f));
     std::vector<qk::sampling::chain> chains{qk::sampling::chain::parse("greedy")};
     const std::vector<float> logits(10, 0.0f);
     std::vector<std::int32_t> tokens(2, 42);

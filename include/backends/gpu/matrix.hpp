@@ -101,4 +101,17 @@ void check_gemv_shape(std::string_view op, const matrix<Block, Buffer>& w, std::
     }
 }
 
+// gemm's shapes: columns >= 1 activation columns of cols values in x, of rows values in y.
+template <class Block, class Buffer>
+void check_gemm_shape(std::string_view op, const matrix<Block, Buffer>& w, std::size_t columns, std::size_t x_values, std::size_t y_values)
+{
+    if (columns == 0) {
+        qk::detail::fail(op, ": columns is 0; there must be at least one activation column");
+    }
+    if (x_values / columns != w.cols() || x_values % columns != 0 || y_values / columns != w.rows() || y_values % columns != 0) {
+        qk::detail::fail(op, ": x has ", x_values, " values and y ", y_values, " for ", columns, " columns of a ", w.rows(), " x ",
+                         w.cols(), " matrix (", columns, " x ", w.cols(), " and ", columns, " x ", w.rows(), " expected)");
+    }
+}
+
 } // namespace qk::backend::gpu

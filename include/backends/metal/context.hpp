@@ -99,6 +99,18 @@ public:
         std::memcpy(y.data(), yb.contents(), y.size_bytes());
     }
 
+    // Y = W·X for `columns` float columns (x[c * cols + i], y[c * rows + r], as the CPU's gemm):
+    // gemv's kernel once per column, so each column of y equals gemv's result for it bit for bit.
+    // The shapes are checked before anything runs.
+    template <class Block>
+    void gemm(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
+    {
+        gpu::check_gemm_shape("qk::backend::metal::gemm", w, columns, x.size(), y.size());
+        for (std::size_t c = 0; c < columns; ++c) {
+            gemv(w, x.subspan(c * w.cols(), w.cols()), y.subspan(c * w.rows(), w.rows()));
+        }
+    }
+
     // qk::solve_tri's contiguous overload (float): the same checks, raised before anything runs.
     void solve_tri(const float* A, const float* B, float* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
     {
