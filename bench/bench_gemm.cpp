@@ -30,7 +30,7 @@ constexpr std::size_t cols = 4096;
 #if QK_HAS_X86_KERNELS
 // Twelve independent accumulators in named variables (an array would be kept in memory), enough
 // to cover vpdpbusd's latency at two per cycle; the operands are hidden from the optimizer.
-QK_TARGET_AVX512VNNI [[gnu::noinline]] double vpdpbusd_seconds(long iterations)
+[[gnu::noinline]] QK_TARGET_AVX512VNNI double vpdpbusd_seconds(long iterations)
 {
     __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3);
     __m512i a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7);
