@@ -9,7 +9,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -78,31 +77,45 @@ struct packed_tile {
 
 namespace detail {
 
+// Code j of 32 stored as 16 bytes, element j in the low nibble of byte j and element j + 16 in
+// the high nibble (an MXFP4 or IQ4_NL block, or one group of an IQ4_XS superblock).
+inline int nibble_code(const std::uint8_t* qs, std::size_t j) noexcept
+{
+    return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4;
+}
+
 // The signed value (Q8_0) or the 4-bit code of element j of a block.
 inline int packed_element(const block_q8_0& b, std::size_t j) noexcept { return b.qs[j]; }
 template <class Block>
 inline int packed_element(const Block& b, std::size_t j) noexcept
 {
-    return j < 16 ? b.qs[j] & 0x0f : b.qs[j - 16] >> 4;
+    return nibble_code(b.qs.data(), j);
 }
-// Element j of group g (IQ4_XS stores a group's 32 codes as one 16-byte run, like IQ4_NL's block).
+// Element j of group g of an IQ4_XS superblock.
 inline int packed_element(const block_iq4_xs& b, std::size_t g, std::size_t j) noexcept
 {
-    const std::uint8_t byte = b.qs[16 * g + j % 16];
-    return j < 16 ? byte & 0x0f : byte >> 4;
+    return nibble_code(b.qs.data() + 16 * g, j);
 }
+
+// Where element j of row r of a group lives in the group's bytes: for 4-bit codes, the byte, whose
+// low nibble holds it if `high` is false.
+template <class Block>
+[[nodiscard]] constexpr std::size_t code_offset(std::size_t r, std::size_t j) noexcept
+{
+    const std::size_t k = j / 4;
+    return 64 * (packed_traits<Block>::code_bytes == 512 ? k : k / 2) + 4 * r + j % 4;
+}
+[[nodiscard]] constexpr bool high_nibble(std::size_t j) noexcept { return j / 4 % 2 == 1; }
 
 // Places element j of row r of a group (its code, or for Q8_0 its value) in the group's bytes.
 template <class Block>
 inline void put_code(std::uint8_t* group, std::size_t r, std::size_t j, int code) noexcept
 {
-    const std::size_t k = j / 4;
-    const std::size_t q = j % 4;
+    std::uint8_t& byte = group[code_offset<Block>(r, j)];
     if constexpr (packed_traits<Block>::code_bytes == 512) {
-        group[64 * k + 4 * r + q] = static_cast<std::uint8_t>(code + 128);
+        byte = static_cast<std::uint8_t>(code + 128);
     } else {
-        std::uint8_t& byte = group[64 * (k / 2) + 4 * r + q];
-        byte = static_cast<std::uint8_t>(byte | (k % 2 == 0 ? code : code << 4));
+        byte = static_cast<std::uint8_t>(byte | (high_nibble(j) ? code << 4 : code));
     }
 }
 
@@ -110,13 +123,11 @@ inline void put_code(std::uint8_t* group, std::size_t r, std::size_t j, int code
 template <class Block>
 [[nodiscard]] inline int get_code(const std::uint8_t* group, std::size_t r, std::size_t j) noexcept
 {
-    const std::size_t k = j / 4;
-    const std::size_t q = j % 4;
+    const std::uint8_t byte = group[code_offset<Block>(r, j)];
     if constexpr (packed_traits<Block>::code_bytes == 512) {
-        return group[64 * k + 4 * r + q] - 128;
+        return byte - 128;
     } else {
-        const std::uint8_t byte = group[64 * (k / 2) + 4 * r + q];
-        return k % 2 == 0 ? byte & 0x0f : byte >> 4;
+        return high_nibble(j) ? byte >> 4 : byte & 0x0f;
     }
 }
 

@@ -87,13 +87,8 @@ public:
     void gemm(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
     {
         if (w.is_packed()) {
-            dispatch([&]<class Tag>(Tag) {
-                if constexpr (kernels::has_tile_kernels<Tag>) {
-                    qk::gemm<Block, Tag>(w.packed(), columns, x, y, pool_, scratch_);
-                } else {
-                    qk::gemm<Block, arch::generic>(w.packed(), columns, x, y, pool_, scratch_);
-                }
-            });
+            // Packed only where the dispatched tag has tile kernels (upload), so this runs them.
+            dispatch([&]<class Tag>(Tag) { qk::gemm<Block, Tag>(w.packed(), columns, x, y, pool_, scratch_); });
             return;
         }
         const auto shape = detail::check_gemm<Block>(columns == 1 ? detail::gemm_entry::gemv : detail::gemm_entry::gemm,
