@@ -1,9 +1,11 @@
 // Prompt-processing products: Y = W·X for 4096 x 4096 and 14336 x 4096 weights and 128 or 512
-// activation columns, per weight format, on 1 and 2 threads, two ways: qk::gemm on the GGUF rows
-// (one qk::dot per output value, dispatched tag) and the CPU context's gemm on its own copy of the
-// weights (packed tiles where the CPU has tile kernels). Reported: GFLOP/s (2 per multiply-add)
-// and `peak_fraction`, the rate of int8 multiply-adds over the peak this binary measures first on
-// one core (independent vpdpbusd chains; AVX-512 VNNI machines only) times the threads.
+// activation columns, per weight format, on 1 and 2 threads: qk::gemm on the GGUF rows (one
+// qk::dot per output value, dispatched tag), the CPU context's gemm on its own copy of the weights
+// (packed tiles where the CPU has tile kernels), and qk::gemm on packed weights on every tag with
+// tile kernels that the machine runs. Reported: GFLOP/s (2 per multiply-add) and `peak_fraction`,
+// the rate of int8 multiply-adds over the peak of the instruction the tag multiplies with
+// (independent vpdpbusd chains with VNNI, vpmaddubsw otherwise), measured first on one core, times
+// the threads.
 #include <benchmark/benchmark.h>
 
 #include <qkern.hpp>
@@ -59,25 +61,71 @@ constexpr std::size_t cols = 4096;
     benchmark::DoNotOptimize(_mm512_add_epi32(sum, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11))));
     return seconds;
 }
+
+// The same for vpmaddubsw on 256-bit registers (32 multiply-adds each), each chain feeding its
+// int16 sums back in as the next unsigned operand.
+[[gnu::noinline]] QK_TARGET_AVX2 double vpmaddubsw_seconds(long iterations)
+{
+    __m256i a0 = _mm256_set1_epi16(0), a1 = _mm256_set1_epi16(1), a2 = _mm256_set1_epi16(2), a3 = _mm256_set1_epi16(3);
+    __m256i a4 = _mm256_set1_epi16(4), a5 = _mm256_set1_epi16(5), a6 = _mm256_set1_epi16(6), a7 = _mm256_set1_epi16(7);
+    __m256i a8 = _mm256_set1_epi16(8), a9 = _mm256_set1_epi16(9), a10 = _mm256_set1_epi16(10), a11 = _mm256_set1_epi16(11);
+    __m256i s = _mm256_set1_epi8(-5);
+    __asm__("" : "+x"(s));
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < iterations; ++i) {
+        a0 = _mm256_maddubs_epi16(a0, s);
+        a1 = _mm256_maddubs_epi16(a1, s);
+        a2 = _mm256_maddubs_epi16(a2, s);
+        a3 = _mm256_maddubs_epi16(a3, s);
+        a4 = _mm256_maddubs_epi16(a4, s);
+        a5 = _mm256_maddubs_epi16(a5, s);
+        a6 = _mm256_maddubs_epi16(a6, s);
+        a7 = _mm256_maddubs_epi16(a7, s);
+        a8 = _mm256_maddubs_epi16(a8, s);
+        a9 = _mm256_maddubs_epi16(a9, s);
+        a10 = _mm256_maddubs_epi16(a10, s);
+        a11 = _mm256_maddubs_epi16(a11, s);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const __m256i sum = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)),
+                                         _mm256_add_epi16(_mm256_add_epi16(a4, a5), _mm256_add_epi16(a6, a7)));
+    benchmark::DoNotOptimize(_mm256_add_epi16(sum, _mm256_add_epi16(_mm256_add_epi16(a8, a9), _mm256_add_epi16(a10, a11))));
+    return seconds;
+}
+
+// Multiply-adds per second of one core, the best of five runs.
+template <class Measure>
+double best_rate(Measure measure, double per_iteration)
+{
+    constexpr long iterations = 20'000'000;
+    double best = 1e30;
+    for (int run = 0; run < 5; ++run) {
+        best = std::min(best, measure(iterations));
+    }
+    return per_iteration * static_cast<double>(iterations) / best;
+}
 #endif
 
-// int8 multiply-adds per second of one core, the best of five runs; 0 where unmeasured.
+// The int8 multiply-add peak of one core for kernels on Tag: vpdpbusd's on the VNNI tags,
+// vpmaddubsw's on the other x86 tags with AVX2; 0 where unmeasured.
+template <class Tag>
 double int8_peak()
 {
-    static const double peak = [] {
 #if QK_HAS_X86_KERNELS
-        if (qk::runs<qk::arch::avx512vnni>(qk::running_cpu())) {
-            constexpr long iterations = 20'000'000;
-            double best = 1e30;
-            for (int run = 0; run < 5; ++run) {
-                best = std::min(best, vpdpbusd_seconds(iterations));
-            }
-            return 12.0 * 64.0 * static_cast<double>(iterations) / best;
-        }
+    if constexpr (std::is_base_of_v<qk::arch::avx512vnni, Tag>) {
+        static const double peak = best_rate(vpdpbusd_seconds, 12.0 * 64.0);
+        return peak;
+    } else if constexpr (std::is_base_of_v<qk::arch::avx2, Tag> || std::is_base_of_v<qk::arch::avx512bw, Tag>) {
+        static const double peak = best_rate(vpmaddubsw_seconds, 12.0 * 32.0);
+        return peak;
+    }
 #endif
-        return 0.0;
-    }();
-    return peak;
+    return 0.0;
+}
+
+double dispatched_int8_peak()
+{
+    return qk::dispatch([]<class Tag>(Tag) { return int8_peak<Tag>(); });
 }
 
 template <class Block>
@@ -91,12 +139,12 @@ const std::vector<Block>& weights(std::size_t rows)
     return w;
 }
 
-void report(benchmark::State& state, std::size_t rows, std::size_t columns, std::size_t threads, double seconds)
+void report(benchmark::State& state, std::size_t rows, std::size_t columns, std::size_t threads, double seconds, double peak)
 {
     const double macs = static_cast<double>(state.iterations()) * static_cast<double>(rows * cols * columns);
     state.counters["GFLOP/s"] = 2.0 * macs / seconds / 1e9;
-    if (int8_peak() > 0) {
-        state.counters["peak_fraction"] = macs / seconds / (int8_peak() * static_cast<double>(threads));
+    if (peak > 0) {
+        state.counters["peak_fraction"] = macs / seconds / (peak * static_cast<double>(threads));
     }
 }
 
@@ -106,7 +154,7 @@ void gemm_plain(benchmark::State& state)
     const auto rows = static_cast<std::size_t>(state.range(0));
     const auto columns = static_cast<std::size_t>(state.range(1));
     const auto threads = static_cast<std::size_t>(state.range(2));
-    int8_peak();
+    const double peak = dispatched_int8_peak();
     const auto& w = weights<Block>(rows);
     thread_pool pool(threads);
     const auto x = qk_inputs::normal(columns * cols, 1.0f, 3);
@@ -117,7 +165,7 @@ void gemm_plain(benchmark::State& state)
         qk::dispatch([&]<class Tag>(Tag) { qk::gemm<Block, Tag>(w, rows, cols, columns, x, y, pool, scratch); });
         benchmark::DoNotOptimize(y.data());
     }
-    report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), peak);
 }
 
 template <class Block>
@@ -126,7 +174,7 @@ void gemm_context(benchmark::State& state)
     const auto rows = static_cast<std::size_t>(state.range(0));
     const auto columns = static_cast<std::size_t>(state.range(1));
     const auto threads = static_cast<std::size_t>(state.range(2));
-    int8_peak();
+    const double peak = dispatched_int8_peak();
     qk::backend::cpu::context context(threads);
     const auto m = context.upload<Block>(weights<Block>(rows), rows, cols);
     const auto x = qk_inputs::normal(columns * cols, 1.0f, 3);
@@ -137,8 +185,35 @@ void gemm_context(benchmark::State& state)
         context.gemm(m, columns, x, y);
         benchmark::DoNotOptimize(y.data());
     }
-    report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), peak);
     state.SetLabel(m.is_packed() ? "packed" : "plain rows");
+}
+
+// qk::gemm on packed weights on one tag (every tag with tile kernels that the machine runs).
+template <class Block, class Tag>
+void gemm_packed(benchmark::State& state)
+{
+    const auto rows = static_cast<std::size_t>(state.range(0));
+    const auto columns = static_cast<std::size_t>(state.range(1));
+    const auto threads = static_cast<std::size_t>(state.range(2));
+    const double peak = int8_peak<Tag>();
+    const qk::packed_matrix<Block> m(weights<Block>(rows), rows, cols);
+    thread_pool pool(threads);
+    const auto x = qk_inputs::normal(columns * cols, 1.0f, 3);
+    std::vector<float> y(rows * columns);
+    std::vector<std::uint8_t> scratch;
+    qk::gemm<Block, Tag>(m, columns, x, y, pool, scratch);
+    const auto start = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        qk::gemm<Block, Tag>(m, columns, x, y, pool, scratch);
+        benchmark::DoNotOptimize(y.data());
+    }
+    report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), peak);
+}
+
+void shapes(benchmark::internal::Benchmark* b)
+{
+    b->ArgsProduct({{4096, 14336}, {128, 512}, {1, 2}})->ArgNames({"rows", "columns", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 template <class Block>
@@ -147,12 +222,15 @@ void register_gemm()
     const std::string name(qk::format_traits<Block>::name);
     using function = void (*)(benchmark::State&);
     for (auto [f, path] : {std::pair<function, const char*>{gemm_context<Block>, "context"}, std::pair<function, const char*>{gemm_plain<Block>, "plain"}}) {
-        benchmark::RegisterBenchmark(("gemm/" + name + "/" + path).c_str(), f)
-            ->ArgsProduct({{4096, 14336}, {128, 512}, {1, 2}})
-            ->ArgNames({"rows", "columns", "threads"})
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        shapes(benchmark::RegisterBenchmark(("gemm/" + name + "/" + path).c_str(), f));
     }
+    qk::arch::all::for_each([&]<class Tag>(Tag) {
+        if constexpr (qk::kernels::has_tile_kernels<Tag>) {
+            if (qk::runs<Tag>(qk::running_cpu())) {
+                shapes(benchmark::RegisterBenchmark(("gemm/" + name + "/packed/" + qk::arch::name<Tag>()).c_str(), gemm_packed<Block, Tag>));
+            }
+        }
+    });
 }
 
 [[maybe_unused]] const bool registered = [] {

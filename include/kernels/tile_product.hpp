@@ -1,6 +1,8 @@
 // kernels::tile_product: 16 rows of packed weights (kernels/packed.hpp) times up to 8 quantized
 // activation columns, on an architecture tag: the scalar reference (packed/generic.hpp) on every
-// tag, and SIMD kernels where has_tile_kernels<Tag> says so. Single-threaded; backends/cpu drives.
+// tag, and SIMD kernels where has_tile_kernels<Tag> says so (AVX2 and AVX-512 BW: packed/avx2.hpp;
+// the VNNI tags: packed/avx512vnni.hpp; AArch64 with dotprod: packed/neon64.hpp).
+// Single-threaded; backends/cpu drives.
 #pragma once
 
 #include <type_traits>
@@ -8,7 +10,9 @@
 #include "arch.hpp"
 #include "packed.hpp"
 #include "packed/generic.hpp"
+#include "packed/avx2.hpp"
 #include "packed/avx512vnni.hpp"
+#include "packed/neon64.hpp"
 
 namespace qk::kernels {
 
@@ -17,7 +21,9 @@ namespace qk::kernels {
 template <class Tag>
 inline constexpr bool has_tile_kernels =
 #if QK_HAS_X86_KERNELS
-    std::is_base_of_v<arch::avx512vnni, Tag>;
+    std::is_base_of_v<arch::avx2, Tag> || std::is_base_of_v<arch::avx512bw, Tag>;
+#elif QK_HAS_ARM_KERNELS
+    std::is_base_of_v<arch::neon64_dotprod, Tag>;
 #else
     false;
 #endif

@@ -245,36 +245,63 @@ void check_quantizer_edges()
     }
 }
 
+// The kernels' integer extremes: every weight of the largest magnitude the format has (Q8_0's
+// -128, the grids' -12 and -127) against activations of -127, so that every product is the
+// largest positive one and every sum of products as large as it gets (the AVX2 kernel's int16
+// pair sums, and MXFP4's int16 group sums, at their limits).
+template <class Block>
+void make_extreme(Block& w)
+{
+    if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
+        w.qs.fill(-128);
+    } else {
+        w.qs.fill(std::is_same_v<Block, qk::block_mxfp4> ? 0xff : 0x00); // code 15 (MXFP4 -12) or 0 (IQ4 -127)
+    }
+}
+
 // The tile kernel over packed weights against the generic one, bit for bit: every row count of a
 // tile, every column count of a set, one to three blocks per row, random blocks (Q8_K's bsums
-// random too, which the kernels must not trust), and y strided with sentinels between the columns.
+// random too, which the kernels must not trust; activations in [-127, 127], the range of the
+// quantizers that fill a panel), the integer extremes, and y strided with sentinels between the
+// columns.
 template <class Block>
 void check_tile_product_against_generic()
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
     constexpr std::uint32_t sentinel = 0x7fc0beef;
-    for (std::size_t blocks = 1; blocks <= 3; ++blocks) {
-        for (std::size_t rows = 1; rows <= qk::packed_tile_rows; ++rows) {
-            const auto w = qk_inputs::random_blocks<Block>(rows * blocks, static_cast<std::uint32_t>(rows * 17 + blocks));
-            const qk::packed_matrix<Block> packed(w, rows, blocks * size);
-            for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
-                const auto a = qk_inputs::random_blocks<activation>(n * blocks, static_cast<std::uint32_t>(n * 101 + rows));
-                const std::size_t groups = blocks * size / 32;
-                std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, n));
-                qk::pack_panel(a.data(), blocks, n, panel.data());
-                const std::size_t stride = rows + 3;
-                std::vector<float> expected(n * stride, std::bit_cast<float>(sentinel));
-                std::vector<float> actual(n * stride, std::bit_cast<float>(sentinel));
-                qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), n, expected.data(), stride, rows,
-                                                              qk::arch::generic{});
-                qk::kernels::tile_product<tag>(packed.tile(0), panel.data(), n, actual.data(), stride, rows, tag{});
-                for (std::size_t i = 0; i < expected.size(); ++i) {
-                    CAPTURE(blocks);
-                    CAPTURE(rows);
-                    CAPTURE(n);
-                    CAPTURE(i);
-                    CHECK(std::bit_cast<std::uint32_t>(actual[i]) == std::bit_cast<std::uint32_t>(expected[i]));
+    for (const bool extreme : {false, true}) {
+        for (std::size_t blocks = 1; blocks <= 3; ++blocks) {
+            for (std::size_t rows = 1; rows <= qk::packed_tile_rows; ++rows) {
+                auto w = qk_inputs::random_blocks<Block>(rows * blocks, static_cast<std::uint32_t>(rows * 17 + blocks));
+                if (extreme) {
+                    std::for_each(w.begin(), w.end(), make_extreme<Block>);
+                }
+                const qk::packed_matrix<Block> packed(w, rows, blocks * size);
+                for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
+                    auto a = qk_inputs::random_blocks<activation>(n * blocks, static_cast<std::uint32_t>(n * 101 + rows));
+                    for (auto& block : a) {
+                        for (auto& q : block.qs) {
+                            q = extreme ? std::int8_t{-127} : static_cast<std::int8_t>(std::max<int>(q, -127));
+                        }
+                    }
+                    const std::size_t groups = blocks * size / 32;
+                    std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, n));
+                    qk::pack_panel(a.data(), blocks, n, panel.data());
+                    const std::size_t stride = rows + 3;
+                    std::vector<float> expected(n * stride, std::bit_cast<float>(sentinel));
+                    std::vector<float> actual(n * stride, std::bit_cast<float>(sentinel));
+                    qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), n, expected.data(), stride, rows,
+                                                                  qk::arch::generic{});
+                    qk::kernels::tile_product<tag>(packed.tile(0), panel.data(), n, actual.data(), stride, rows, tag{});
+                    for (std::size_t i = 0; i < expected.size(); ++i) {
+                        CAPTURE(extreme);
+                        CAPTURE(blocks);
+                        CAPTURE(rows);
+                        CAPTURE(n);
+                        CAPTURE(i);
+                        CHECK(std::bit_cast<std::uint32_t>(actual[i]) == std::bit_cast<std::uint32_t>(expected[i]));
+                    }
                 }
             }
         }

@@ -90,7 +90,9 @@ QK_STRICT_FP void packed_tile_generic(const packed_tile<Block>& tile, const std:
 namespace qk::kernels {
 
 // y[c * y_stride + r] = row r of the tile times column c of the panel entries, for r < rows
-// (at most packed_tile_rows) and c < n (at most packed_panel_columns).
+// (at most packed_tile_rows) and c < n (at most packed_panel_columns). The activations' qs are in
+// [-127, 127], as the Q8_0 and Q8_K quantizers make them (the AVX2 kernel's products rely on it);
+// the weights may be any valid blocks.
 template <class Arch, class Block>
 void tile_product(const packed_tile<Block>& tile, const std::uint8_t* entries, std::size_t n, float* y, std::size_t y_stride,
                   std::size_t rows, arch::requires_arch<arch::generic>) noexcept

@@ -1,0 +1,223 @@
+// The tile kernel over packed weights (kernels/packed.hpp) on AVX2, which also serves the AVX-512 BW
+// tag (no int8 dot instruction there either, and no vpsignb on 512-bit registers): eight rows per
+// vector, half a tile at a time, every column of the set against each decoded weight vector.
+// Checked bit for bit against packed/generic.hpp; the VNNI tags have packed/avx512vnni.hpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "../arch.hpp"
+#include "../e8m0.hpp"
+#include "../formats.hpp"
+#include "../packed.hpp"
+#include "../target.hpp"
+#include "generic.hpp"
+
+#if QK_HAS_X86_KERNELS
+#include <immintrin.h>
+
+// Technique: the products go through vpmaddubsw as in dot/avx2.hpp (|w| times the activation
+// carrying w's sign, exact for any weight byte and activations in [-127, 127], the range of the
+// quantizers that fill a panel), so the 8-bit codes are unbiased (xor 0x80) and the 4-bit codes
+// decoded through the signed grid, once per vector and half tile; the panel's corrections are not
+// used. Each column's four-byte activation groups are broadcast from memory. With 16 vector
+// registers there is no room for two halves of N columns of accumulators, so the kernel runs the
+// eight vectors of a group over one half, flushes the int32 sums into float accumulators kept on
+// the stack (the reference's unfused steps), then takes the other half. MXFP4's doubled values
+// are at most 12 in magnitude: its int16 pair sums add up over a whole group (8 * 2 * 12 * 127 <
+// 2^15) before one vpmaddwd, a third fewer instructions per product.
+namespace qk::kernels::packed_avx2_detail {
+
+#define QK_PACKED_AVX2_INLINE [[gnu::always_inline]] QK_TARGET_AVX2 inline
+
+template <class Block>
+inline constexpr bool sums_in_int16 = std::is_same_v<Block, block_mxfp4>;
+static_assert([] {
+    int largest = 0;
+    for (const auto v : mxfp4_values) {
+        largest = v < 0 ? (-v > largest ? -v : largest) : (v > largest ? v : largest);
+    }
+    return 8 * 2 * largest * 127 <= 32767;
+}());
+
+// Signed weights of vector k (values 4k .. 4k + 3) of rows 8h .. 8h + 7 of a code group.
+template <class Arch, class Block>
+QK_PACKED_AVX2_INLINE __m256i weights(const std::uint8_t* codes, std::size_t k, std::size_t h, __m256i grid) noexcept
+{
+    if constexpr (std::is_same_v<Block, block_q8_0>) {
+        const __m256i biased = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 64 * k + 32 * h));
+        return _mm256_xor_si256(biased, _mm256_set1_epi8(static_cast<char>(0x80)));
+    } else {
+        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 64 * (k / 2) + 32 * h));
+        const __m256i nibbles = k % 2 == 0 ? v : _mm256_srli_epi16(v, 4);
+        return _mm256_shuffle_epi8(grid, _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0f)));
+    }
+}
+
+// The weight scales of rows 8h .. 8h + 7 of a block (MXFP4: the halved E8M0 values of e8m0.hpp).
+template <class Arch, class Block>
+QK_PACKED_AVX2_INLINE __m256 weight_scales(const std::uint8_t* scales, std::size_t h) noexcept
+{
+    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * h)));
+        return _mm256_i32gather_ps(e8m0_half_table.data(), e, 4);
+    } else {
+        return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16 * h)));
+    }
+}
+
+template <class Arch>
+QK_PACKED_AVX2_INLINE __m256i broadcast32(const std::uint8_t* p) noexcept
+{
+    std::int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+// Keeps a product from being fused into the addition that consumes it (the reference rounds both).
+template <class Arch>
+QK_PACKED_AVX2_INLINE __m256 rounded(__m256 v) noexcept
+{
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+inline constexpr std::size_t prefetch_distance = 4096;
+
+// Vector k of rows 8h .. 8h + 7 of a code group against the N columns of a set.
+template <class Arch, class Block, std::size_t N>
+QK_PACKED_AVX2_INLINE void vector_products(const std::uint8_t* codes, const std::uint8_t* entries, std::size_t k, std::size_t h, __m256i grid,
+                                           __m256i (&sum)[N]) noexcept
+{
+    const __m256i w = weights<Arch, Block>(codes, k, h, grid);
+    const __m256i magnitude = _mm256_abs_epi8(w);
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        const __m256i a = broadcast32<Arch>(entries + 32 * c + 4 * k);
+        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(a, w));
+        if constexpr (sums_in_int16<Block>) {
+            sum[c] = _mm256_add_epi16(sum[c], pairs);
+        } else {
+            sum[c] = _mm256_add_epi32(sum[c], _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        }
+    }
+}
+
+// The N columns of a set against rows 8h .. 8h + 7 of one code group: the int32 sums over the
+// group's eight vectors, scaled and added to the float accumulators.
+template <class Arch, class Block, std::size_t N>
+QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint8_t* entries, const std::uint8_t* scales, std::size_t g, std::size_t h,
+                                      __m256 dw, __m256i grid, float (&acc)[N][packed_tile_rows]) noexcept
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i sum[N];
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        sum[c] = _mm256_setzero_si256();
+    }
+    if constexpr (N <= 2) {
+        // Few columns: unrolled, so that the loads of the eight vectors go out together (mat-vec).
+#pragma GCC unroll 8
+        for (std::size_t k = 0; k < 8; ++k) {
+            vector_products<Arch, Block, N>(codes, entries, k, h, grid, sum);
+        }
+    } else {
+        // Unrolled, g++ keeps every column's eight activation broadcasts live and spills.
+#pragma GCC unroll 1
+        for (std::size_t k = 0; k < 8; ++k) {
+            vector_products<Arch, Block, N>(codes, entries, k, h, grid, sum);
+        }
+    }
+    __m256 ls = _mm256_setzero_ps();
+    if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+        const auto* multipliers = scales + 32 + 16 * g + 8 * h;
+        ls = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(multipliers))));
+    }
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        float da;
+        std::memcpy(&da, entries + 32 * N + 4 * c, sizeof da);
+        __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(da));
+        if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+            d = _mm256_mul_ps(rounded<Arch>(d), ls);
+        }
+        const __m256i total = sums_in_int16<Block> ? _mm256_madd_epi16(sum[c], ones) : sum[c];
+        const __m256 term = rounded<Arch>(_mm256_mul_ps(rounded<Arch>(d), _mm256_cvtepi32_ps(total)));
+        float* a = acc[c] + 8 * h;
+        _mm256_store_ps(a, _mm256_add_ps(_mm256_load_ps(a), term));
+    }
+}
+
+template <class Arch, class Block, std::size_t N>
+QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entries, float* y, std::size_t y_stride, std::size_t rows) noexcept
+{
+    using traits = packed_traits<Block>;
+    __m256i grid = _mm256_setzero_si256();
+    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+        grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_values.data())));
+    } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
+        grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data())));
+    }
+    alignas(32) float acc[N][packed_tile_rows] = {};
+    const std::uint8_t* codes = t.codes;
+    for (std::size_t b = 0; b < t.blocks; ++b) {
+        const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
+        const __m256 dw[2] = {weight_scales<Arch, Block>(scales, 0), weight_scales<Arch, Block>(scales, 1)};
+        for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
+            if constexpr (N <= 2) {
+                // Mat-vec streams the tile from memory; as in packed/avx512vnni.hpp.
+#pragma GCC unroll 8
+                for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
+                    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(codes) + prefetch_distance + i), _MM_HINT_T0);
+                }
+            }
+            // The halves one after the other: with both at once, g++ shares the activation
+            // broadcasts of the two and spills them.
+            half_group<Arch, Block, N>(codes, entries, scales, g, 0, dw[0], grid, acc);
+            half_group<Arch, Block, N>(codes, entries, scales, g, 1, dw[1], grid, acc);
+        }
+    }
+    for (std::size_t c = 0; c < N; ++c) {
+        std::memcpy(y + c * y_stride, acc[c], rows * sizeof(float));
+    }
+}
+
+#undef QK_PACKED_AVX2_INLINE
+
+} // namespace qk::kernels::packed_avx2_detail
+
+namespace qk::kernels {
+
+template <class Arch, class Block>
+QK_TARGET_AVX2 void tile_product(const packed_tile<Block>& tile, const std::uint8_t* entries, std::size_t n, float* y, std::size_t y_stride,
+                                 std::size_t rows, arch::requires_arch<arch::avx2>) noexcept
+{
+    namespace k = packed_avx2_detail;
+    switch (n) {
+    case 1: k::tile<Arch, Block, 1>(tile, entries, y, y_stride, rows); break;
+    case 2: k::tile<Arch, Block, 2>(tile, entries, y, y_stride, rows); break;
+    case 3: k::tile<Arch, Block, 3>(tile, entries, y, y_stride, rows); break;
+    case 4: k::tile<Arch, Block, 4>(tile, entries, y, y_stride, rows); break;
+    case 5: k::tile<Arch, Block, 5>(tile, entries, y, y_stride, rows); break;
+    case 6: k::tile<Arch, Block, 6>(tile, entries, y, y_stride, rows); break;
+    case 7: k::tile<Arch, Block, 7>(tile, entries, y, y_stride, rows); break;
+    default: k::tile<Arch, Block, 8>(tile, entries, y, y_stride, rows); break;
+    }
+}
+
+// xsimd's AVX-512 tags do not derive from avx2: the BW tag takes the AVX2 kernel explicitly (the
+// VNNI tags have their own).
+template <class Arch, class Block>
+QK_TARGET_AVX512BW void tile_product(const packed_tile<Block>& tile, const std::uint8_t* entries, std::size_t n, float* y,
+                                     std::size_t y_stride, std::size_t rows, arch::requires_arch<arch::avx512bw>) noexcept
+{
+    tile_product<Arch, Block>(tile, entries, n, y, y_stride, rows, arch::avx2{});
+}
+
+} // namespace qk::kernels
+
+#endif // QK_HAS_X86_KERNELS
