@@ -1,6 +1,7 @@
-// qk bench: dot products in cache on every tag this CPU runs and the 14336 x 4096 mat-vec on
-// every thread count, against the streaming-read bandwidth, or the mat-vec on the Vulkan device.
-// A brief look; bench/ holds the full suites.
+// qk bench: dot products in cache on every tag this CPU runs, the 14336 x 4096 mat-vec on every
+// thread count against the streaming-read bandwidth, and the prompt-processing product (4096 x
+// 4096 weights times 128 columns, packed where the CPU has tile kernels); or the mat-vec on the
+// Vulkan device. A brief look; bench/ holds the full suites.
 #pragma once
 
 #include "common.hpp"
@@ -46,6 +47,7 @@ struct measurement {
     double ns_per_32 = 0.0;
     double gb_per_s = 0.0;
     double bandwidth_fraction = -1.0; // gemv only
+    double gflops = 0.0;              // gemm only
 };
 
 // Seconds per call of f: calls are timed in batches grown until a batch takes a tenth of the
@@ -96,7 +98,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
     constexpr std::size_t cols = 4096;
     std::size_t tags = 0;
     qk::for_each_runnable(qk::running_cpu(), [&](auto) { ++tags; });
-    progress_line progress(opt.threads.size() * (1 + 4) + 4 * tags);
+    progress_line progress(opt.threads.size() * (1 + 2 * 4) + 4 * tags);
 
     std::vector<measurement> results;
     std::vector<double> bandwidth(opt.threads.size());
@@ -165,6 +167,39 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
                                        bytes_per_second / 1e9, bytes_per_second / bandwidth[i]});
                 });
             }
+
+            // Prompt processing: the first 4096 rows times 128 activation columns, on weights packed
+            // in tiles where the dispatched tag has tile kernels (as the CPU context keeps them),
+            // else on the rows. ns/32 is per 32 multiply-adds.
+            constexpr std::size_t gemm_rows = 4096;
+            constexpr std::size_t columns = 128;
+            const auto weights = std::span<const Block>(one).first(gemm_rows * cols / size);
+            const auto x_columns = qk_inputs::normal(columns * cols, 1.0f, 4);
+            std::vector<float> y_columns(gemm_rows * columns);
+            qk::dispatch([&]<class Tag>(Tag) {
+                constexpr bool packed = qk::kernels::has_tile_kernels<Tag>;
+                const qk::packed_matrix<Block> tiles = packed ? qk::packed_matrix<Block>(weights, gemm_rows, cols) : qk::packed_matrix<Block>();
+                std::vector<std::uint8_t> packed_scratch;
+                std::vector<activation> row_scratch(qk::gemm_scratch_blocks<Block>(cols, columns));
+                for (std::size_t i = 0; i < opt.threads.size(); ++i) {
+                    qk::backend::cpu::thread_pool pool(opt.threads[i]);
+                    const std::string arch = std::string(qk::arch::name<Tag>()) + (packed ? " packed" : "");
+                    progress.step(fmt::format("gemm {} on {}, {} thread(s)", name, arch, opt.threads[i]));
+                    const double seconds = seconds_per_call(
+                        [&] {
+                            if constexpr (packed) {
+                                qk::gemm<Block, Tag>(tiles, columns, x_columns, y_columns, pool, packed_scratch);
+                            } else {
+                                qk::gemm<Block, Tag>(weights, gemm_rows, cols, columns, x_columns, y_columns, pool, row_scratch);
+                            }
+                        },
+                        4 * opt.seconds);
+                    const double products = static_cast<double>(gemm_rows * cols * columns);
+                    measurement m{"gemm", name, arch, opt.threads[i], seconds * 1e9 / (products / size), seconds * 1e9 / (products / 32), 0.0, -1.0};
+                    m.gflops = 2.0 * products / seconds / 1e9;
+                    results.push_back(m);
+                }
+            });
         }
     };
     for (qk::format f : qk::all_formats) {
@@ -218,15 +253,18 @@ inline std::vector<measurement> run_vulkan_benchmarks([[maybe_unused]] const ben
 
 inline void print_benchmarks(const std::vector<measurement>& results)
 {
-    fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8} {:>8}\n", "op", "format", "arch", "threads", "ns/block", "ns/32", "GB/s",
+    fmt::print("{:<5} {:<7} {:<17} {:>7} {:>10} {:>9} {:>8} {:>8}\n", "op", "format", "arch", "threads", "ns/block", "ns/32", "GB/s",
                "% of bw");
     for (const measurement& m : results) {
         const std::string fraction = m.bandwidth_fraction >= 0 ? fmt::format("{:.1f}%", 100.0 * m.bandwidth_fraction) : "";
         if (m.op == "read") {
-            fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10} {:>9} {:>8.2f} {:>8}\n", m.op, m.format,
+            fmt::print("{:<5} {:<7} {:<17} {:>7} {:>10} {:>9} {:>8.2f} {:>8}\n", m.op, m.format,
                        m.arch.empty() ? "streaming" : m.arch + " streaming", m.threads, "", "", m.gb_per_s, "");
+        } else if (m.op == "gemm") {
+            fmt::print("{:<5} {:<7} {:<17} {:>7} {:>10.3f} {:>9.4f} {:>8} {:>8}  {:.1f} GFLOP/s\n", m.op, m.format, m.arch, m.threads,
+                       m.ns_per_block, m.ns_per_32, "", "", m.gflops);
         } else {
-            fmt::print("{:<5} {:<7} {:<15} {:>7} {:>10.3f} {:>9.3f} {:>8.2f} {:>8}\n", m.op, m.format, m.arch, m.threads, m.ns_per_block,
+            fmt::print("{:<5} {:<7} {:<17} {:>7} {:>10.3f} {:>9.3f} {:>8.2f} {:>8}\n", m.op, m.format, m.arch, m.threads, m.ns_per_block,
                        m.ns_per_32, m.gb_per_s, fraction);
         }
     }
@@ -241,6 +279,9 @@ inline void write_benchmarks_json(const std::string& path, const std::vector<mea
             text += m.arch.empty() ? fmt::format(R"(  {{"op": "read", "threads": {}, "gb_per_s": {:.4f}}})", m.threads, m.gb_per_s)
                                    : fmt::format(R"(  {{"op": "read", "arch": "{}", "threads": {}, "gb_per_s": {:.4f}}})", m.arch,
                                                  m.threads, m.gb_per_s);
+        } else if (m.op == "gemm") {
+            text += fmt::format(R"(  {{"op": "gemm", "format": "{}", "arch": "{}", "threads": {}, "ns_per_block": {:.4f}, "ns_per_32": {:.5f}, "gflops": {:.3f}}})",
+                                m.format, m.arch, m.threads, m.ns_per_block, m.ns_per_32, m.gflops);
         } else {
             text += fmt::format(R"(  {{"op": "{}", "format": "{}", "arch": "{}", "threads": {}, "ns_per_block": {:.4f}, "ns_per_32": {:.4f}, "gb_per_s": {:.4f})",
                                 m.op, m.format, m.arch, m.threads, m.ns_per_block, m.ns_per_32, m.gb_per_s);
@@ -255,12 +296,13 @@ inline void write_benchmarks_json(const std::string& path, const std::vector<mea
 inline CLI::App* add_bench(CLI::App& app, bench_options& opt)
 {
     CLI::App* cmd = app.add_subcommand("bench", "measure the kernels briefly: dot products in cache on every tag this CPU runs, "
-                                                "mat-vec 14336 x 4096 against the streaming-read bandwidth");
+                                                "mat-vec 14336 x 4096 against the streaming-read bandwidth, "
+                                                "gemm 4096 x 4096 times 128 columns in GFLOP/s");
     cmd->add_option("--json", opt.json, "also write the measurements as a JSON array to this file");
     cmd->add_option("--backend", opt.backend, "cpu, or vulkan: the mat-vec on the Vulkan device (QKERN_VULKAN_DEVICE picks one)")
         ->capture_default_str();
-    cmd->add_option("--seconds", opt.seconds, "time budget of one dot measurement (mat-vec: 4x)")->check(CLI::Range(0.001, 10.0));
-    cmd->add_option("--threads", opt.threads, "thread counts for mat-vec and bandwidth")->check(CLI::Range(1, 1024));
+    cmd->add_option("--seconds", opt.seconds, "time budget of one dot measurement (mat-vec and gemm: 4x)")->check(CLI::Range(0.001, 10.0));
+    cmd->add_option("--threads", opt.threads, "thread counts for mat-vec, gemm and bandwidth")->check(CLI::Range(1, 1024));
     return cmd;
 }
 
