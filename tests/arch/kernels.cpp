@@ -370,6 +370,41 @@ TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent a
     }
 }
 
+TEST_CASE("the MXFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent at every row as the generic one does")
+{
+    // Tiles of 16 rows and two blocks: block 0 of row r has exponent first + (r + shift) % 16, so
+    // over the shifts every exponent sits at every row position, subnormal scales (e = 0, 1) and
+    // the largest (e = 255) included; block 1 has e = 128 (scale 1), so that a row that overflows
+    // adds a finite value to its infinity (never inf - inf). Bit for bit, every column count.
+    constexpr std::size_t rows = qk::packed_tile_rows;
+    for (unsigned first = 0; first < 256; first += 16) {
+        for (unsigned shift = 0; shift < 16; ++shift) {
+            auto w = qk_inputs::random_blocks<qk::block_mxfp4>(2 * rows, 1100 + first + shift);
+            for (std::size_t r = 0; r < rows; ++r) {
+                w[2 * r].e = static_cast<std::uint8_t>(first + (r + shift) % 16);
+                w[2 * r + 1].e = 128;
+            }
+            const qk::packed_matrix<qk::block_mxfp4> packed(w, rows, 64);
+            for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
+                const auto a = qk_inputs::random_blocks<qk::block_q8_0>(2 * n, 1300 + n);
+                std::vector<std::uint8_t> panel(qk::packed_panel_bytes(2, n));
+                qk::pack_panel(a.data(), 2, n, panel.data());
+                std::vector<float> expected(n * rows);
+                std::vector<float> actual(n * rows);
+                qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), n, expected.data(), rows, rows, qk::arch::generic{});
+                qk::kernels::tile_product<tag>(packed.tile(0), panel.data(), n, actual.data(), rows, rows, tag{});
+                for (std::size_t i = 0; i < expected.size(); ++i) {
+                    CAPTURE(first);
+                    CAPTURE(shift);
+                    CAPTURE(n);
+                    CAPTURE(i);
+                    CHECK(std::bit_cast<std::uint32_t>(actual[i]) == std::bit_cast<std::uint32_t>(expected[i]));
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("IQ4_XS dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every group scale as the reference does")
 {
     // Group g of superblock j gets ls = (8j + g + shift) % 64: every 6-bit scale, in both halves of
