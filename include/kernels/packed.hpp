@@ -273,6 +273,28 @@ private:
 inline constexpr std::size_t packed_panel_columns = 8;
 inline constexpr std::size_t packed_entry_bytes = 40; // per column and group
 
+namespace detail {
+
+// f(std::integral_constant<std::size_t, n>{}) for a set of n columns (1 .. packed_panel_columns;
+// more count as packed_panel_columns): the SIMD tile kernels are compiled per column count.
+template <class F>
+void with_column_count(std::size_t n, F&& f)
+{
+    static_assert(packed_panel_columns == 8);
+    switch (n) {
+    case 1: f(std::integral_constant<std::size_t, 1>{}); break;
+    case 2: f(std::integral_constant<std::size_t, 2>{}); break;
+    case 3: f(std::integral_constant<std::size_t, 3>{}); break;
+    case 4: f(std::integral_constant<std::size_t, 4>{}); break;
+    case 5: f(std::integral_constant<std::size_t, 5>{}); break;
+    case 6: f(std::integral_constant<std::size_t, 6>{}); break;
+    case 7: f(std::integral_constant<std::size_t, 7>{}); break;
+    default: f(std::integral_constant<std::size_t, 8>{}); break;
+    }
+}
+
+} // namespace detail
+
 // The panel's bytes for `columns` columns of `groups` groups of 32 values.
 [[nodiscard]] constexpr std::size_t packed_panel_bytes(std::size_t groups, std::size_t columns) noexcept
 {

@@ -192,16 +192,7 @@ QK_TARGET_AVX2 void tile_product(const packed_tile<Block>& tile, const std::uint
                                  std::size_t rows, arch::requires_arch<arch::avx2>) noexcept
 {
     namespace k = packed_avx2_detail;
-    switch (n) {
-    case 1: k::tile<Arch, Block, 1>(tile, entries, y, y_stride, rows); break;
-    case 2: k::tile<Arch, Block, 2>(tile, entries, y, y_stride, rows); break;
-    case 3: k::tile<Arch, Block, 3>(tile, entries, y, y_stride, rows); break;
-    case 4: k::tile<Arch, Block, 4>(tile, entries, y, y_stride, rows); break;
-    case 5: k::tile<Arch, Block, 5>(tile, entries, y, y_stride, rows); break;
-    case 6: k::tile<Arch, Block, 6>(tile, entries, y, y_stride, rows); break;
-    case 7: k::tile<Arch, Block, 7>(tile, entries, y, y_stride, rows); break;
-    default: k::tile<Arch, Block, 8>(tile, entries, y, y_stride, rows); break;
-    }
+    qk::detail::with_column_count(n, [&](auto columns) { k::tile<Arch, Block, decltype(columns)::value>(tile, entries, y, y_stride, rows); });
 }
 
 // xsimd's AVX-512 tags do not derive from avx2: the BW tag takes the AVX2 kernel explicitly (the

@@ -177,16 +177,7 @@ QK_TARGET_AVX512VNNI void tile_product(const packed_tile<Block>& tile, const std
 {
     namespace k = packed_avx512_detail;
     const auto mask = static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
-    switch (n) {
-    case 1: k::tile<Arch, Block, 1>(tile, entries, y, y_stride, mask); break;
-    case 2: k::tile<Arch, Block, 2>(tile, entries, y, y_stride, mask); break;
-    case 3: k::tile<Arch, Block, 3>(tile, entries, y, y_stride, mask); break;
-    case 4: k::tile<Arch, Block, 4>(tile, entries, y, y_stride, mask); break;
-    case 5: k::tile<Arch, Block, 5>(tile, entries, y, y_stride, mask); break;
-    case 6: k::tile<Arch, Block, 6>(tile, entries, y, y_stride, mask); break;
-    case 7: k::tile<Arch, Block, 7>(tile, entries, y, y_stride, mask); break;
-    default: k::tile<Arch, Block, 8>(tile, entries, y, y_stride, mask); break;
-    }
+    qk::detail::with_column_count(n, [&](auto columns) { k::tile<Arch, Block, decltype(columns)::value>(tile, entries, y, y_stride, mask); });
 }
 
 } // namespace qk::kernels

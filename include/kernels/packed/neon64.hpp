@@ -171,16 +171,7 @@ QK_TARGET_NEON64_DOTPROD void tile_product(const packed_tile<Block>& tile, const
                                            std::size_t y_stride, std::size_t rows, arch::requires_arch<arch::neon64_dotprod>) noexcept
 {
     namespace k = packed_neon64_detail;
-    switch (n) {
-    case 1: k::tile<Arch, Block, 1>(tile, entries, y, y_stride, rows); break;
-    case 2: k::tile<Arch, Block, 2>(tile, entries, y, y_stride, rows); break;
-    case 3: k::tile<Arch, Block, 3>(tile, entries, y, y_stride, rows); break;
-    case 4: k::tile<Arch, Block, 4>(tile, entries, y, y_stride, rows); break;
-    case 5: k::tile<Arch, Block, 5>(tile, entries, y, y_stride, rows); break;
-    case 6: k::tile<Arch, Block, 6>(tile, entries, y, y_stride, rows); break;
-    case 7: k::tile<Arch, Block, 7>(tile, entries, y, y_stride, rows); break;
-    default: k::tile<Arch, Block, 8>(tile, entries, y, y_stride, rows); break;
-    }
+    qk::detail::with_column_count(n, [&](auto columns) { k::tile<Arch, Block, decltype(columns)::value>(tile, entries, y, y_stride, rows); });
 }
 
 } // namespace qk::kernels
