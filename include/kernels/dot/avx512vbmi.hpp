@@ -74,28 +74,82 @@ QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bi
     return _mm512_sub_epi32(biased, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a));
 }
 
-// Where the E8M0 exponents of eight consecutive MXFP4 blocks (136 bytes) lie in their first 128
-// bytes, for vpermt2b.
-alignas(64) inline constexpr std::array<std::uint8_t, 64> exponent_index = [] {
-    std::array<std::uint8_t, 64> index{};
-    for (std::size_t b = 0; b < 8; ++b) {
-        index[b] = static_cast<std::uint8_t>(b * sizeof(block_mxfp4));
-    }
-    return index;
-}();
-static_assert(sizeof(block_mxfp4) == 17 && 7 * sizeof(block_mxfp4) < 128);
+// MXFP4's eight blocks (136 bytes: 17-byte blocks, an E8M0 exponent then 16 code bytes) are read
+// as three 64-byte chunks, at 0, 64 and 72, and vpermb (vpermt2b for the pair that straddles the
+// first two) lays out each pair's codes as code_bytes2 does, every 16-byte group twice: three
+// loads per eight blocks instead of eight, and no merging of broadcasts. The exponents come out
+// of the first two chunks as well (mxfp4_scales8).
+inline constexpr std::array<std::size_t, 3> mxfp4_chunk_start = {0, 64, 72};
 
-// The scales of eight consecutive MXFP4 blocks times those of their Q8_0 activations d_a:
-// e8m0_half(e) * d_a = d_a * 2^(e - 128), one vscalefps, exactly the reference's product (a
-// product by a power of two rounds only where the result is subnormal or overflows, and vscalefps
-// rounds it the same way). The exponents are gathered with one vpermt2b from two 64-byte loads.
+struct mxfp4_octet_layout {
+    std::array<std::array<std::uint8_t, 64>, 4> codes; // per pair: vpermb (or vpermt2b) indices
+    std::array<std::uint8_t, 64> exponents;            // see mxfp4_scales8
+};
+
+// Pair 0 lies in chunk 0, pair 1 across chunks 0 and 1 (vpermt2b: indices from byte 0), pair 2
+// in chunk 1, pair 3 in chunk 2.
+inline constexpr std::array<std::size_t, 4> mxfp4_pair_chunk = {0, 0, 1, 2};
+
+alignas(64) inline constexpr mxfp4_octet_layout mxfp4_octet = [] {
+    constexpr std::size_t block_bytes = sizeof(block_mxfp4);
+    mxfp4_octet_layout layout{};
+    for (std::size_t pair = 0; pair < 4; ++pair) {
+        for (std::size_t j = 0; j < 64; ++j) {
+            const std::size_t byte = (2 * pair + j / 32) * block_bytes + 1 + j % 16;
+            layout.codes[pair][j] = static_cast<std::uint8_t>(byte - mxfp4_chunk_start[mxfp4_pair_chunk[pair]]);
+        }
+    }
+    // Dword b (b < 8): byte 0 the index of block b's exponent in chunks 0-1, byte 3 0x4b, the
+    // other bytes 0; the masked vpermi2b replaces byte 0 only, leaving the float 2^23 + e.
+    for (std::size_t b = 0; b < 16; ++b) {
+        layout.exponents[4 * b] = static_cast<std::uint8_t>(b < 8 ? b * block_bytes : 0);
+        layout.exponents[4 * b + 3] = 0x4b;
+    }
+    return layout;
+}();
+static_assert(sizeof(block_mxfp4) == 17 && mxfp4_chunk_start[2] + 64 == 8 * sizeof(block_mxfp4));
+// Every code byte lies in the chunk(s) its pair reads, and the exponents in chunks 0-1.
+static_assert([] {
+    for (std::size_t pair = 0; pair < 4; ++pair) {
+        const std::size_t start = mxfp4_chunk_start[mxfp4_pair_chunk[pair]];
+        const std::size_t end = start + (pair == 1 ? 128 : 64);
+        for (std::size_t block = 2 * pair; block < 2 * pair + 2; ++block) {
+            if (block * sizeof(block_mxfp4) + 1 < start || (block + 1) * sizeof(block_mxfp4) > end) {
+                return false;
+            }
+        }
+    }
+    return 7 * sizeof(block_mxfp4) < 128;
+}());
+
+// Loads chunk c of eight MXFP4 blocks, kept in a register.
 template <class Arch>
-QK_AVX512VBMI_INLINE __m256 mxfp4_scales8(const block_mxfp4* x, __m512i index, __m256 activation_scales) noexcept
+QK_AVX512VBMI_INLINE __m512i load_chunk(const block_mxfp4* x, std::size_t c) noexcept
 {
-    const auto* bytes = reinterpret_cast<const char*>(x);
-    const __m512i gathered = _mm512_permutex2var_epi8(_mm512_loadu_si512(bytes), index, _mm512_loadu_si512(bytes + 64));
-    const __m256i e = _mm256_cvtepu8_epi32(_mm512_castsi512_si128(gathered));
-    return _mm256_scalef_ps(activation_scales, _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(128))));
+    __m512i v = _mm512_loadu_si512(reinterpret_cast<const char*>(x) + mxfp4_chunk_start[c]);
+    __asm__("" : "+v"(v));
+    return v;
+}
+
+// The codes of pair i as code_bytes2 lays them out (the other nibble still in bits 4-7).
+template <class Arch>
+QK_AVX512VBMI_INLINE __m512i mxfp4_pair_code_bytes(const __m512i (&chunks)[3], __m512i index, std::size_t i) noexcept
+{
+    const __m512i bytes = i == 1 ? _mm512_permutex2var_epi8(chunks[0], index, chunks[1]) : _mm512_permutexvar_epi8(index, chunks[mxfp4_pair_chunk[i]]);
+    return _mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+}
+
+// The scales of the eight blocks times those of their Q8_0 activations d_a: e8m0_half(e) * d_a =
+// d_a * 2^(e - 128), one vscalefps, exactly the reference's product (a product by a power of two
+// rounds only where the result is subnormal or overflows, and vscalefps rounds it the same way).
+// e - 128 as a float costs one subtraction: a masked vpermi2b drops each exponent into the low
+// byte of a dword whose high byte is 0x4b, the float 2^23 + e.
+template <class Arch>
+QK_AVX512VBMI_INLINE __m256 mxfp4_scales8(__m512i chunk0, __m512i chunk1, __m512i exponents, __m256 activation_scales) noexcept
+{
+    const __m512i biased = _mm512_mask2_permutex2var_epi8(chunk0, exponents, 0x1111111111111111ull, chunk1);
+    const __m256 e = _mm256_sub_ps(_mm512_castps512_ps256(_mm512_castsi512_ps(biased)), _mm256_set1_ps(0x1p23f + 128.0f));
+    return _mm256_scalef_ps(activation_scales, e);
 }
 
 // The IQ4 grid's magnitudes, the 16 four times (for vpermb; the signs follow bit 3 of the code).
@@ -120,18 +174,21 @@ QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
     namespace v = avx512vbmi_detail;
     const __m512i table = _mm512_load_si512(v::mxfp4_biased.data());
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(v::mxfp4_bias));
-    const __m512i exponents = _mm512_load_si512(v::exponent_index.data());
+    const __m512i exponents = _mm512_load_si512(v::mxfp4_octet.exponents.data());
+    const __m512i index[4] = {_mm512_load_si512(v::mxfp4_octet.codes[0].data()), _mm512_load_si512(v::mxfp4_octet.codes[1].data()),
+                              _mm512_load_si512(v::mxfp4_octet.codes[2].data()), _mm512_load_si512(v::mxfp4_octet.codes[3].data())};
     __m512 acc0 = _mm512_setzero_ps();
     __m512 acc1 = _mm512_setzero_ps();
     const std::size_t full = blocks - blocks % 8;
     for (std::size_t b = 0; b < full; b += 8) {
+        const __m512i chunks[3] = {v::load_chunk<Arch>(w + b, 0), v::load_chunk<Arch>(w + b, 1), v::load_chunk<Arch>(w + b, 2)};
         __m512i s[4];
 #pragma GCC unroll 4
         for (std::size_t i = 0; i < 4; ++i) {
-            const __m512i codes = k::code_bytes2<Arch>(w[b + 2 * i].qs.data(), w[b + 2 * i + 1].qs.data());
+            const __m512i codes = v::mxfp4_pair_code_bytes<Arch>(chunks, index[i], i);
             s[i] = v::biased_dot<Arch>(codes, table, bias, k::load2x32<Arch>(a[b + 2 * i].qs.data(), a[b + 2 * i + 1].qs.data()));
         }
-        k::accumulate8<Arch>(acc0, acc1, s, v::mxfp4_scales8<Arch>(w + b, exponents, k::scales8<Arch>(a + b)));
+        k::accumulate8<Arch>(acc0, acc1, s, v::mxfp4_scales8<Arch>(chunks[0], chunks[1], exponents, k::scales8<Arch>(a + b)));
     }
     // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
     const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
