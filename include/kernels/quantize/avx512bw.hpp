@@ -35,11 +35,13 @@ namespace quantize_avx512 {
 //    max(|a|, |b|) for finite values, zeros and subnormals included); eight blocks are reduced
 //    together, so one division per eight blocks gives d = amax / 127 and one id = 1 / d.
 //  - Both quantizers read their input twice (scales, then values), as the AVX2 ones do, and
-//    compute scales ahead of the writes, three groups of eight blocks ahead (Q8_0) or two blocks
-//    (Q8_K): the reduction, the divisions and the mask handling form a chain longer than a group's
-//    work. A loop that kept each value in a register between the passes (one load instead of two)
-//    ran slower, waiting on that chain: holding enough groups in flight takes more than the 32
-//    registers.
+//    compute scales ahead of the writes: Q8_0 the scales of up to 16 groups of eight blocks (4096
+//    values, in L1) into a buffer on the stack, then their values; Q8_K two blocks ahead. The
+//    reduction, the divisions and the mask handling form a chain longer than a group's work. A
+//    loop that kept each value in a register between the passes (one load instead of two) ran
+//    slower, waiting on that chain: holding enough groups in flight takes more than the 32
+//    registers. For Q8_0, so did one that computed the scales three groups ahead of the writes
+//    (1.15-1.2x the time of the two loops on Zen 5): the loops apart each keep the ports busy.
 //  - Packing: two vpackssdw and one vpacksswb turn four registers of int32 into 64 bytes whose
 //    dwords come out of order (each 128-bit lane takes four values of each source); one vpermd
 //    puts them back.
@@ -97,22 +99,26 @@ struct q8_0_scales {
     __m256 twice_id;
     __m128i d;
     unsigned by_reference; // bit b: block b is quantized by reference::quantize
-    __mmask16 nan;         // with FindNaN: nonzero if some x is NaN (vrangeps passes over NaN)
 };
 
 // The first pass over eight consecutive Q8_0 blocks: their maxima of |x|, reduced together (lane b
-// of amax is block b's), then d = amax / 127 and id = 1 / d, one division each.
-template <class Arch, bool FindNaN = false>
+// of amax is block b's), then d = amax / 127 and id = 1 / d, one division each. Checked (for
+// quantize_checked) takes the maxima as unsigned integers on the bits with the sign cleared,
+// where a NaN is larger than any number and so becomes amax, and d: vrangeps (one instruction
+// instead of three, for input known to be finite) passes over NaN, returning the other operand.
+// (A compare into a mask register per block, ORed together, to find NaN beside vrangeps cost
+// more than the two extra instructions; FMA sums that NaN would poison, more still.)
+template <class Arch, bool Checked = false>
 [[gnu::always_inline]] QK_TARGET_AVX512BW inline q8_0_scales q8_0_scales_of(const float* x) noexcept
 {
     __m512i m[8];
-    __mmask16 nan = 0;
     for (int b = 0; b < 8; ++b) {
-        const __m512 low = _mm512_loadu_ps(x + 32 * b);
-        const __m512 high = _mm512_loadu_ps(x + 32 * b + 16);
-        m[b] = _mm512_castps_si512(_mm512_range_ps(low, high, 0x0b));
-        if constexpr (FindNaN) {
-            nan = static_cast<__mmask16>(nan | _mm512_cmp_ps_mask(low, high, _CMP_UNORD_Q));
+        if constexpr (Checked) {
+            const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+            m[b] = _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512(x + 32 * b), magnitude),
+                                    _mm512_and_si512(_mm512_loadu_si512(x + 32 * b + 16), magnitude));
+        } else {
+            m[b] = _mm512_castps_si512(_mm512_range_ps(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16), 0x0b));
         }
     }
     // Transposing reduction: pairs of blocks interleaved by dwords, then by qwords (each 128-bit
@@ -137,19 +143,20 @@ template <class Arch, bool FindNaN = false>
     const __m256 id = _mm256_div_ps(one, _mm256_mask_blend_ps(d_zero, d, one));
     const __mmask8 overflow = _mm256_cmp_ps_mask(id, _mm256_set1_ps(0x1p127f), _CMP_GE_OQ); // 2 * id is not finite
     return {_mm256_maskz_add_ps(static_cast<__mmask8>(~(d_zero | overflow)), id, id),
-            _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), static_cast<unsigned>(overflow & ~d_zero) & 0xffu, nan};
+            _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), static_cast<unsigned>(overflow & ~d_zero) & 0xffu};
 }
 
 // The second pass: writes the eight blocks, two per register.
 template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX512BW inline void q8_0_write(const float* x, block_q8_0* y, const q8_0_scales& scales) noexcept
 {
-    const __m512 twice_id = _mm512_castps256_ps512(scales.twice_id);
+    // Each block's 2 * id broadcast from memory (vbroadcastss, on a load port) rather than from the
+    // register (vpermps, on a shuffle port, the ports this loop is short of).
+    const auto* twice_id = reinterpret_cast<const float*>(&scales.twice_id);
     for (int b = 0; b < 8; b += 2) {
         const float* xb = x + 32 * b;
-        const __m512 s0 = _mm512_permutexvar_ps(_mm512_set1_epi32(b), twice_id);
-        const __m512 s1 = _mm512_permutexvar_ps(_mm512_set1_epi32(b + 1), twice_id);
-        q8_0_write2<Arch>(_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16), _mm512_loadu_ps(xb + 32), _mm512_loadu_ps(xb + 48), s0, s1, y + b);
+        q8_0_write2<Arch>(_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16), _mm512_loadu_ps(xb + 32), _mm512_loadu_ps(xb + 48),
+                          _mm512_set1_ps(twice_id[b]), _mm512_set1_ps(twice_id[b + 1]), y + b);
     }
     y[0].d = static_cast<std::uint16_t>(_mm_extract_epi16(scales.d, 0));
     y[1].d = static_cast<std::uint16_t>(_mm_extract_epi16(scales.d, 1));
@@ -262,30 +269,24 @@ template <class Arch>
 } // namespace quantize_avx512
 
 // f32 -> Q8_0 as reference::quantize: d = amax / 127 stored as fp16, q = round half away from
-// zero of x * (1 / d), with the reciprocal of the float d. Eight blocks at a time, software
-// pipelined three groups deep: the scales of the eighth to the 31st block ahead are computed before
-// this eight is written, so that the latency of the reduction and the two divisions (longer than
-// a group's work) overlaps with work. The last 1..7 blocks go through a zero-padded copy; blocks
-// left to the reference are rewritten after the loop (q8_0_fix).
+// zero of x * (1 / d), with the reciprocal of the float d. Up to 16 groups of eight blocks at a
+// time: their scales, then their values (see above). The last 1..7 blocks go through a
+// zero-padded copy; blocks left to the reference are rewritten after the loop (q8_0_fix).
 template <class Arch>
 QK_TARGET_AVX512BW void quantize(const float* x, block_q8_0* y, std::size_t blocks, arch::requires_arch<arch::avx512bw>) noexcept
 {
     const std::size_t groups = blocks / 8;
     unsigned by_reference = 0;
-    if (groups > 0) {
-        quantize_avx512::q8_0_scales scales = quantize_avx512::q8_0_scales_of<Arch>(x);
-        quantize_avx512::q8_0_scales next = groups > 1 ? quantize_avx512::q8_0_scales_of<Arch>(x + 256) : scales;
-        quantize_avx512::q8_0_scales next2 = groups > 2 ? quantize_avx512::q8_0_scales_of<Arch>(x + 512) : scales;
-        for (std::size_t g = 0; g < groups; ++g) {
-            quantize_avx512::q8_0_scales after = next2;
-            if (g + 3 < groups) {
-                after = quantize_avx512::q8_0_scales_of<Arch>(x + 256 * (g + 3));
-            }
-            quantize_avx512::q8_0_write<Arch>(x + 256 * g, y + 8 * g, scales);
-            by_reference |= scales.by_reference;
-            scales = next;
-            next = next2;
-            next2 = after;
+    constexpr std::size_t chunk = 16;
+    for (std::size_t first = 0; first < groups; first += chunk) {
+        const std::size_t count = groups - first < chunk ? groups - first : chunk;
+        quantize_avx512::q8_0_scales scales[chunk];
+        for (std::size_t g = 0; g < count; ++g) {
+            scales[g] = quantize_avx512::q8_0_scales_of<Arch>(x + 256 * (first + g));
+        }
+        for (std::size_t g = 0; g < count; ++g) {
+            quantize_avx512::q8_0_write<Arch>(x + 256 * (first + g), y + 8 * (first + g), scales[g]);
+            by_reference |= scales[g].by_reference;
         }
     }
     const std::size_t rest = blocks - 8 * groups;
@@ -306,10 +307,10 @@ QK_TARGET_AVX512BW void quantize(const float* x, block_q8_0* y, std::size_t bloc
 // f32 -> Q8_0 with qk::quantize's value check fused into the first pass, for rows of whole groups
 // of eight blocks up to 64 groups (16384 values, an activation row; longer rows take the separate
 // passes): the scales of the whole row are computed first, into a buffer on the stack, and a
-// block fails the check exactly when its fp16 scale is not finite (amax / 127 from 65520 up, or
-// an infinite amax), which the scales show, or when it holds a NaN, which vrangeps passes over
-// (it returns the other operand) and an unordered compare of the same two registers finds. Only then is y written, so a rejected row leaves
-// it untouched, and the caller's own check (which names the culprit) runs instead. With the
+// block fails the check exactly when its fp16 scale is not finite: amax / 127 from 65520 up, an
+// infinite amax, or a NaN, which the checked first pass makes amax. Only then is y written, so
+// a rejected row leaves it
+// untouched, and the caller's own check (which names the culprit) runs instead. With the
 // scales of the row computed ahead, the second pass needs no pipelining, and reading x twice
 // instead of three times is the saving.
 template <class Arch>
@@ -323,13 +324,11 @@ QK_TARGET_AVX512BW bool quantize_checked(const float* x, block_q8_0* y, std::siz
     quantize_avx512::q8_0_scales scales[max_groups];
     const __m128i exponent = _mm_set1_epi16(0x7c00);
     __m128i not_finite = _mm_setzero_si128();
-    unsigned nan = 0;
     for (std::size_t g = 0; g < groups; ++g) {
         scales[g] = quantize_avx512::q8_0_scales_of<Arch, true>(x + 256 * g);
         not_finite = _mm_or_si128(not_finite, _mm_cmpeq_epi16(_mm_and_si128(scales[g].d, exponent), exponent));
-        nan |= scales[g].nan;
     }
-    if (_mm_testz_si128(not_finite, not_finite) == 0 || nan != 0) {
+    if (_mm_testz_si128(not_finite, not_finite) == 0) {
         return false;
     }
     unsigned by_reference = 0;
