@@ -331,6 +331,39 @@ TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exa
 }
 TEST_CASE_TEMPLATE_APPLY(dot_sums_integers_exactly, qk::weight_formats::tuple);
 
+#if QK_HAS_X86_KERNELS
+// The SSE4.2 tile kernel has no F16C and converts the fp16 weight scales with integer
+// instructions: every one of the 65536 patterns (subnormals, infinities, NaN payloads, signed
+// zeros) must give fp16_to_fp32's bits. Run on every x86 tag whose CPU has SSE4.2.
+static QK_TARGET_SSE4_2 void convert_fp16_sse4_2(std::uint32_t first, float (&converted)[4])
+{
+    const __m128i halves = _mm_setr_epi32(static_cast<int>(first), static_cast<int>(first + 1), static_cast<int>(first + 2),
+                                          static_cast<int>(first + 3));
+    _mm_storeu_ps(converted, qk::kernels::packed_sse4_2_detail::fp16_to_fp32<qk::arch::sse4_2>(halves));
+}
+
+TEST_CASE("the SSE4.2 tile kernel's fp16 conversion equals fp16_to_fp32 on all 65536 patterns")
+{
+    if (!qk::runs<qk::arch::sse4_2>(qk::running_cpu())) {
+        return;
+    }
+    std::size_t mismatches = 0;
+    for (std::uint32_t first = 0; first < 65536; first += 4) {
+        float converted[4];
+        convert_fp16_sse4_2(first, converted);
+        for (std::uint32_t i = 0; i < 4; ++i) {
+            const auto expected = std::bit_cast<std::uint32_t>(qk::fp16_to_fp32(static_cast<qk::fp16_bits>(first + i)));
+            if (std::bit_cast<std::uint32_t>(converted[i]) != expected) {
+                ++mismatches;
+                CAPTURE(first + i);
+                CHECK(std::bit_cast<std::uint32_t>(converted[i]) == expected);
+            }
+        }
+    }
+    CHECK(mismatches == 0);
+}
+#endif
+
 TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent as the reference does")
 {
     // Rows of eight blocks (one group of the AVX-512 kernels) and of eleven (a group and a tail),
