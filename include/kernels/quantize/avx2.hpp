@@ -235,21 +235,24 @@ QK_TARGET_AVX2 inline void q8_K_write(const float* x, block_q8_K* y, float iscal
 } // namespace quantize_avx2
 
 // f32 -> Q8_0 as reference::quantize: d = amax / 127 stored as fp16, q = round half away from
-// zero of x * (1 / d), with the reciprocal of the float d. Eight blocks at a time, software
-// pipelined: the scales of the next eight are computed before this eight is written, so that the
-// divisions' latency overlaps with work. The last 1..7 blocks go through a zero-padded copy.
+// zero of x * (1 / d), with the reciprocal of the float d. Up to 16 groups of eight blocks at a
+// time (4096 values, in L1): their scales into a buffer on the stack, then their values. Each
+// loop then keeps the ports busy by itself, and the divisions' latency overlaps with the next
+// group's maxima; computing each group's scales just before the previous group's writes took
+// 1.1x the time on Zen 5. The last 1..7 blocks go through a zero-padded copy.
 template <class Arch>
 QK_TARGET_AVX2 void quantize(const float* x, block_q8_0* y, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
 {
     const std::size_t groups = blocks / 8;
-    if (groups > 0) {
-        quantize_avx2::q8_0_scales scales[2];
-        quantize_avx2::q8_0_scales_of<Arch>(x, scales[0]);
-        for (std::size_t g = 0; g < groups; ++g) {
-            if (g + 1 < groups) {
-                quantize_avx2::q8_0_scales_of<Arch>(x + 256 * (g + 1), scales[(g + 1) % 2]);
-            }
-            quantize_avx2::q8_0_write<Arch>(x + 256 * g, y + 8 * g, scales[g % 2]);
+    constexpr std::size_t chunk = 16;
+    for (std::size_t first = 0; first < groups; first += chunk) {
+        const std::size_t count = groups - first < chunk ? groups - first : chunk;
+        quantize_avx2::q8_0_scales scales[chunk];
+        for (std::size_t g = 0; g < count; ++g) {
+            quantize_avx2::q8_0_scales_of<Arch>(x + 256 * (first + g), scales[g]);
+        }
+        for (std::size_t g = 0; g < count; ++g) {
+            quantize_avx2::q8_0_write<Arch>(x + 256 * (first + g), y + 8 * (first + g), scales[g]);
         }
     }
     const std::size_t rest = blocks - 8 * groups;
@@ -262,6 +265,38 @@ QK_TARGET_AVX2 void quantize(const float* x, block_q8_0* y, std::size_t blocks, 
         quantize_avx2::q8_0_write<Arch>(padded, out, scales);
         std::memcpy(static_cast<void*>(y + 8 * groups), out, rest * sizeof(block_q8_0));
     }
+}
+
+// f32 -> Q8_0 with qk::quantize's value check fused into the first pass, as on AVX-512
+// (quantize/avx512bw.hpp): for rows of whole groups of eight blocks up to 64 groups, the scales
+// of the whole row first, into a buffer on the stack; a block fails the check exactly when its
+// fp16 scale is not finite (amax / 127 from 65520 up, an infinite amax, or a NaN, which the
+// integer maxima of the first pass make amax). Only then is y written, so a rejected row leaves
+// it untouched and the caller's own check (which names the culprit) runs instead; otherwise x is
+// read twice instead of three times.
+template <class Arch>
+QK_TARGET_AVX2 bool quantize_checked(const float* x, block_q8_0* y, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
+{
+    constexpr std::size_t max_groups = 64;
+    const std::size_t groups = blocks / 8;
+    if (blocks % 8 != 0 || groups > max_groups) {
+        return false;
+    }
+    quantize_avx2::q8_0_scales scales[max_groups];
+    const __m128i exponent = _mm_set1_epi16(0x7c00);
+    __m128i not_finite = _mm_setzero_si128();
+    for (std::size_t g = 0; g < groups; ++g) {
+        quantize_avx2::q8_0_scales_of<Arch>(x + 256 * g, scales[g]);
+        const __m128i d = _mm_load_si128(reinterpret_cast<const __m128i*>(scales[g].d));
+        not_finite = _mm_or_si128(not_finite, _mm_cmpeq_epi16(_mm_and_si128(d, exponent), exponent));
+    }
+    if (_mm_testz_si128(not_finite, not_finite) == 0) {
+        return false;
+    }
+    for (std::size_t g = 0; g < groups; ++g) {
+        quantize_avx2::q8_0_write<Arch>(x + 256 * g, y + 8 * g, scales[g]);
+    }
+    return true;
 }
 
 // f32 -> Q8_K as reference::quantize: max = the first element of largest magnitude, iscale =
