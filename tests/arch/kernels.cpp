@@ -332,17 +332,18 @@ TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exa
 TEST_CASE_TEMPLATE_APPLY(dot_sums_integers_exactly, qk::weight_formats::tuple);
 
 #if QK_HAS_X86_KERNELS
-// The SSE4.2 tile kernel has no F16C and converts the fp16 weight scales with integer
-// instructions: every one of the 65536 patterns (subnormals, infinities, NaN payloads, signed
-// zeros) must give fp16_to_fp32's bits. Run on every x86 tag whose CPU has SSE4.2.
+// The SSE4.2 kernels (dot and tile) have no F16C and convert fp16 scales with integer
+// instructions where all four are normal, else one by one: every one of the 65536 patterns
+// (subnormals, infinities, NaN payloads, signed zeros) must give fp16_to_fp32's bits. Run on
+// every x86 tag whose CPU has SSE4.2.
 static QK_TARGET_SSE4_2 void convert_fp16_sse4_2(std::uint32_t first, float (&converted)[4])
 {
-    const __m128i halves = _mm_setr_epi32(static_cast<int>(first), static_cast<int>(first + 1), static_cast<int>(first + 2),
-                                          static_cast<int>(first + 3));
-    _mm_storeu_ps(converted, qk::kernels::packed_sse4_2_detail::fp16_to_fp32<qk::arch::sse4_2>(halves));
+    const std::uint64_t bits = std::uint64_t{first} | (std::uint64_t{first + 1} << 16) | (std::uint64_t{first + 2} << 32) |
+                               (std::uint64_t{first + 3} << 48);
+    _mm_storeu_ps(converted, qk::kernels::sse4_2_detail::fp16x4_to_fp32<qk::arch::sse4_2>(bits));
 }
 
-TEST_CASE("the SSE4.2 tile kernel's fp16 conversion equals fp16_to_fp32 on all 65536 patterns")
+TEST_CASE("the SSE4.2 kernels' fp16 conversion equals fp16_to_fp32 on all 65536 patterns")
 {
     if (!qk::runs<qk::arch::sse4_2>(qk::running_cpu())) {
         return;

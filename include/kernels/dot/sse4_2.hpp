@@ -116,12 +116,13 @@ QK_SSE4_2_INLINE bool all_normal(std::uint64_t bits) noexcept
     return special == 0;
 }
 
-// The four fp16 scales of consecutive blocks as floats. Normal values (nearly every scale) are
-// rebiased in the vector unit; zero, subnormal, infinite and NaN scales go through fp16_to_fp32.
-template <class Arch, class Block>
-QK_SSE4_2_INLINE __m128 scales4(const Block* x) noexcept
+// The four fp16 values packed in `bits` (the first in the low 16 bits) as floats, exactly as
+// fp16_to_fp32. Normal values (nearly every scale) are rebiased in the vector unit; zero,
+// subnormal, infinite and NaN ones go through fp16_to_fp32. The packed tile kernel
+// (packed/sse4_2.hpp) converts its weight scales here too.
+template <class Arch>
+QK_SSE4_2_INLINE __m128 fp16x4_to_fp32(std::uint64_t bits) noexcept
 {
-    const std::uint64_t bits = scale_bits4<Arch>(x);
     if (all_normal<Arch>(bits)) [[likely]] {
         // Each half in the upper 16 bits of a 32-bit lane; the arithmetic shift by 3 puts the
         // exponent and mantissa in place and leaves the sign on top (its copies are masked off);
@@ -130,7 +131,15 @@ QK_SSE4_2_INLINE __m128 scales4(const Block* x) noexcept
         const __m128i shifted = _mm_and_si128(_mm_srai_epi32(upper, 3), _mm_set1_epi32(static_cast<int>(0x8fffffffu)));
         return _mm_castsi128_ps(_mm_add_epi32(shifted, _mm_set1_epi32(112 << 23)));
     }
-    return _mm_setr_ps(fp16_to_fp32(x[0].d), fp16_to_fp32(x[1].d), fp16_to_fp32(x[2].d), fp16_to_fp32(x[3].d));
+    return _mm_setr_ps(fp16_to_fp32(static_cast<fp16_bits>(bits)), fp16_to_fp32(static_cast<fp16_bits>(bits >> 16)),
+                       fp16_to_fp32(static_cast<fp16_bits>(bits >> 32)), fp16_to_fp32(static_cast<fp16_bits>(bits >> 48)));
+}
+
+// The four fp16 scales of consecutive blocks as floats.
+template <class Arch, class Block>
+QK_SSE4_2_INLINE __m128 scales4(const Block* x) noexcept
+{
+    return fp16x4_to_fp32<Arch>(scale_bits4<Arch>(x));
 }
 
 // The eight IQ4_XS group multipliers ls - 32 of a superblock as int16 lanes 0..7.

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "../arch.hpp"
+#include "../dot/sse4_2.hpp"
 #include "../e8m0.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
@@ -25,7 +26,7 @@
 // w's sign; MXFP4's int16 pair sums added over a whole group; the reference's unfused steps into
 // float accumulators on the stack), with the tile's 16 rows taken four at a time: the 16 vector
 // registers then hold the accumulators of all eight columns. Without F16C the fp16 scales are
-// converted with integer instructions, exactly (see weight_scales).
+// converted as the SSE4.2 dot kernels convert theirs (dot/sse4_2.hpp: fp16x4_to_fp32).
 namespace qk::kernels::packed_sse4_2_detail {
 
 #define QK_PACKED_SSE4_2_INLINE [[gnu::always_inline]] QK_TARGET_SSE4_2 inline
@@ -44,24 +45,6 @@ QK_PACKED_SSE4_2_INLINE __m128i weights(const std::uint8_t* codes, std::size_t k
     }
 }
 
-// Four fp16 values (the low 16 bits of each 32-bit lane) as floats, exactly as fp16_to_fp32:
-// normal values by moving the exponent and mantissa into place and rebiasing the exponent,
-// subnormal ones as mantissa * 2^-24 (exact; no subnormal float is formed, so DAZ changes
-// nothing), infinities and NaNs with the exponent all ones and the mantissa kept.
-template <class Arch>
-QK_PACKED_SSE4_2_INLINE __m128 fp16_to_fp32(__m128i h) noexcept
-{
-    const __m128i exponent = _mm_and_si128(h, _mm_set1_epi32(0x7c00));
-    const __m128i mantissa = _mm_and_si128(h, _mm_set1_epi32(0x03ff));
-    const __m128i sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
-    const __m128i normal = _mm_add_epi32(_mm_slli_epi32(_mm_or_si128(exponent, mantissa), 13), _mm_set1_epi32((127 - 15) << 23));
-    const __m128i special = _mm_or_si128(_mm_slli_epi32(mantissa, 13), _mm_set1_epi32(0x7f800000));
-    const __m128 subnormal = _mm_mul_ps(_mm_cvtepi32_ps(mantissa), _mm_set1_ps(0x1p-24f));
-    __m128i bits = _mm_blendv_epi8(normal, _mm_castps_si128(subnormal), _mm_cmpeq_epi32(exponent, _mm_setzero_si128()));
-    bits = _mm_blendv_epi8(bits, special, _mm_cmpeq_epi32(exponent, _mm_set1_epi32(0x7c00)));
-    return _mm_castsi128_ps(_mm_or_si128(bits, sign));
-}
-
 // The weight scales of rows 4q .. 4q + 3 of a block (MXFP4: the halved E8M0 values of e8m0.hpp).
 template <class Arch, class Block>
 QK_PACKED_SSE4_2_INLINE __m128 weight_scales(const std::uint8_t* scales, std::size_t q) noexcept
@@ -71,7 +54,9 @@ QK_PACKED_SSE4_2_INLINE __m128 weight_scales(const std::uint8_t* scales, std::si
         const std::uint8_t* e = scales + 4 * q;
         return _mm_setr_ps(table[e[0]], table[e[1]], table[e[2]], table[e[3]]);
     } else {
-        return fp16_to_fp32<Arch>(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * q))));
+        std::uint64_t bits;
+        std::memcpy(&bits, scales + 8 * q, sizeof bits);
+        return sse4_2_detail::fp16x4_to_fp32<Arch>(bits);
     }
 }
 
