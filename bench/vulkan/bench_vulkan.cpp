@@ -1,6 +1,7 @@
 // The Vulkan backend's speed on the device QKERN_VULKAN_DEVICE (or the default) picks: its
 // streaming read (the ceiling of a mat-vec), mat-vec 14336 x 4096 per weight format reported in
-// bytes/s of weights and as a fraction of that read bandwidth, solve_tri, and sampling per token
+// bytes/s of weights and as a fraction of that read bandwidth, mat-mult 4096 x 4096 by 8 and 32
+// columns in GFLOP/s and against a mat-vec per column timed in the same run, solve_tri, and sampling per token
 // on a 152064-token vocabulary, each call including its transfers to and from the host. Without a
 // device every benchmark reports itself skipped.
 #include <benchmark/benchmark.h>
@@ -88,6 +89,53 @@ BENCHMARK(gemv<qk::block_q8_0>)->Name("vulkan/gemv/Q8_0")->Unit(benchmark::kMill
 BENCHMARK(gemv<qk::block_mxfp4>)->Name("vulkan/gemv/MXFP4")->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(gemv<qk::block_iq4_nl>)->Name("vulkan/gemv/IQ4_NL")->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(gemv<qk::block_iq4_xs>)->Name("vulkan/gemv/IQ4_XS")->Unit(benchmark::kMillisecond)->UseManualTime();
+
+// Y = W·X in one call, and the same columns as one gemv call each (what the context did before it
+// had a mat-mult), timed in the same run: `over_gemv_per_column` is how many times faster the
+// one call is.
+template <class Block>
+void gemm(benchmark::State& state)
+{
+    vk::device* dev = shared_device();
+    if (dev == nullptr) {
+        state.SkipWithError("no Vulkan device");
+        return;
+    }
+    constexpr std::size_t rows = 4096, cols = 4096;
+    const auto columns = static_cast<std::size_t>(state.range(0));
+    const auto w = qk_inputs::random_blocks_fixed_scale<Block>(rows * cols / qk::format_traits<Block>::block_size, 3);
+    const auto m = vk::upload_matrix<Block>(*dev, std::span<const Block>(w), rows, cols);
+    vk::gemv_workspace ws(*dev);
+    const auto x = qk_inputs::normal<std::mt19937_64>(columns * cols, 1.0f, 5);
+    std::vector<float> y(columns * rows);
+    const auto per_column = [&] {
+        for (std::size_t c = 0; c < columns; ++c) {
+            vk::gemv(*dev, ws, m, std::span<const float>(x).subspan(c * cols, cols), std::span<float>(y).subspan(c * rows, rows));
+        }
+    };
+    vk::gemm(*dev, ws, m, columns, x, y); // pipeline built outside the timing
+    double seconds = 0, per_column_seconds = 0;
+    for (auto _ : state) {
+        auto start = std::chrono::steady_clock::now();
+        vk::gemm(*dev, ws, m, columns, x, y);
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        state.SetIterationTime(elapsed);
+        seconds += elapsed;
+        benchmark::DoNotOptimize(y.data());
+        state.PauseTiming();
+        start = std::chrono::steady_clock::now();
+        per_column();
+        per_column_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        state.ResumeTiming();
+    }
+    const double flops = 2.0 * static_cast<double>(rows * cols * columns) * static_cast<double>(state.iterations());
+    state.counters["GFLOP/s"] = flops / seconds / 1e9;
+    state.counters["over_gemv_per_column"] = per_column_seconds / seconds;
+}
+BENCHMARK(gemm<qk::block_q8_0>)->Name("vulkan/gemm/Q8_0/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(gemm<qk::block_mxfp4>)->Name("vulkan/gemm/MXFP4/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(gemm<qk::block_iq4_nl>)->Name("vulkan/gemm/IQ4_NL/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(gemm<qk::block_iq4_xs>)->Name("vulkan/gemm/IQ4_XS/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
 
 void solve_tri(benchmark::State& state)
 {

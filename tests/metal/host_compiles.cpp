@@ -13,6 +13,7 @@ void use_every_operation(qk::backend::metal::context& ctx, std::span<const qk::b
     ctx.gemv(m, x, y);
     const auto m4 = ctx.upload<qk::block_mxfp4>(w4, 1, 32);
     ctx.gemv(m4, x, y);
+    ctx.gemm(m4, 1, x, y);
     std::vector<float> a(4, 1.0f), b(4, 1.0f), out(4);
     ctx.solve_tri(a.data(), b.data(), out.data(), 2, 2, 1, {.left = false, .lower = false, .unit = true});
     ctx.sample(x, 1, x.size(), chains, {}, tokens);

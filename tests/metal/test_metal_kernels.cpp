@@ -10,8 +10,10 @@
 #include <kernels/solve_tri.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -91,14 +93,14 @@ void metal_solve_tri(const float* a, const float* b, float* x, std::uint32_t n, 
 // How the host dispatches kernel_gemv_* (the table at the top of gemv.metal).
 template <class Block>
 void metal_gemv(const std::vector<Block>& w, std::uint32_t rows, std::uint32_t blocks_per_row, const std::vector<float>& x,
-                std::vector<float>& y, std::uint32_t nsg)
+                std::vector<float>& y, std::uint32_t nsg, std::uint32_t columns = 1)
 {
     namespace g = msl_gemv;
     g::gemv_args args{rows, blocks_per_row};
     // The E8M0 table as the host uploads it: a buffer of its own.
     std::vector<float> table(qk::e8m0_half_table.begin(), qk::e8m0_half_table.end());
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(w.data());
-    const emu::dispatch_shape shape{uint3((rows + nsg - 1) / nsg, 1u, 1u), uint3(32 * nsg, 1u, 1u), {}};
+    const emu::dispatch_shape shape{uint3((rows + nsg - 1) / nsg, columns, 1u), uint3(32 * nsg, 1u, 1u), {}};
     emu::dispatch(shape, [&](const emu::thread_builtins& t) {
         const uint3 tg = t.threadgroup_position_in_grid;
         const auto sg = t.simdgroup_index_in_threadgroup;
@@ -150,6 +152,52 @@ void check_gemv(std::uint32_t rows, std::uint32_t blocks_per_row, std::uint32_t 
     CHECK(bad == 0);
 }
 
+// The kernels over `columns` columns in one dispatch: each column equal bit for bit to a
+// dispatch of that column alone, and within the rounding bound of its double-precision product.
+template <class Block>
+void check_gemm(std::uint32_t rows, std::uint32_t blocks_per_row, std::uint32_t columns, std::uint32_t nsg, std::uint64_t seed)
+{
+    using traits = qk::format_traits<Block>;
+    const std::size_t cols = std::size_t{blocks_per_row} * traits::block_size;
+    CAPTURE(traits::name);
+    CAPTURE(rows);
+    CAPTURE(cols);
+    CAPTURE(columns);
+    CAPTURE(nsg);
+    const auto w = random_blocks<Block>(std::size_t{rows} * blocks_per_row, seed);
+    const std::vector<float> x = qk_inputs::normal<std::mt19937_64>(columns * cols, 1.0f, seed + 1);
+    std::vector<float> wf(rows * cols);
+    qk::dequantize<Block>(w, wf);
+    std::vector<float> y(std::size_t{columns} * rows, std::nanf(""));
+    metal_gemv(w, rows, blocks_per_row, x, y, nsg, columns);
+    std::size_t bad_bound = 0, bad_bits = 0;
+    for (std::size_t c = 0; c < columns; ++c) {
+        const std::vector<float> xc(x.begin() + static_cast<std::ptrdiff_t>(c * cols), x.begin() + static_cast<std::ptrdiff_t>((c + 1) * cols));
+        std::vector<float> yc(rows, std::nanf(""));
+        metal_gemv(w, rows, blocks_per_row, xc, yc, nsg);
+        for (std::size_t r = 0; r < rows; ++r) {
+            double exact = 0, magnitude = 0;
+            for (std::size_t i = 0; i < cols; ++i) {
+                const double product = static_cast<double>(wf[r * cols + i]) * xc[i];
+                exact += product;
+                magnitude += std::abs(product);
+            }
+            const float got = y[c * rows + r];
+            const double bound = rounding_bound(cols, magnitude);
+            if (!(std::abs(got - exact) <= bound) && ++bad_bound <= 3) {
+                INFO("column ", c, ", row ", r, ": kernel ", got, ", exact ", exact, ", bound ", bound);
+                CHECK(std::abs(got - exact) <= bound);
+            }
+            if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(yc[r]) && ++bad_bits <= 3) {
+                INFO("column ", c, ", row ", r, ": all columns ", got, ", this column alone ", yc[r]);
+                CHECK(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(yc[r]));
+            }
+        }
+    }
+    CHECK(bad_bound == 0);
+    CHECK(bad_bits == 0);
+}
+
 template <class Block>
 void check_gemv_shapes()
 {
@@ -158,6 +206,12 @@ void check_gemv_shapes()
     for (const std::uint32_t rows : {1u, 3u, 8u, 33u}) {
         for (const std::uint32_t blocks : {1u, 2u, 5u, 33u}) {
             check_gemv<Block>(rows, blocks, nsg, seed++);
+            nsg = nsg % 3 + 1;
+        }
+    }
+    for (const std::uint32_t rows : {1u, 5u}) {
+        for (const std::uint32_t columns : {2u, 7u}) {
+            check_gemm<Block>(rows, 3, columns, nsg, seed++);
             nsg = nsg % 3 + 1;
         }
     }
@@ -232,22 +286,22 @@ TEST_CASE("metal solve_tri: threadgroups past args.batch write nothing")
     check_solution(p, x, 7, 3, 1, opt);
 }
 
-TEST_CASE("metal gemv: Q8_0 against the double dot of the dequantized rows")
+TEST_CASE("metal gemv: Q8_0 against the double dot of the dequantized rows, one column and several")
 {
     check_gemv_shapes<qk::block_q8_0>();
 }
 
-TEST_CASE("metal gemv: MXFP4 against the double dot of the dequantized rows")
+TEST_CASE("metal gemv: MXFP4 against the double dot of the dequantized rows, one column and several")
 {
     check_gemv_shapes<qk::block_mxfp4>();
 }
 
-TEST_CASE("metal gemv: IQ4_NL against the double dot of the dequantized rows")
+TEST_CASE("metal gemv: IQ4_NL against the double dot of the dequantized rows, one column and several")
 {
     check_gemv_shapes<qk::block_iq4_nl>();
 }
 
-TEST_CASE("metal gemv: IQ4_XS against the double dot of the dequantized rows")
+TEST_CASE("metal gemv: IQ4_XS against the double dot of the dequantized rows, one column and several")
 {
     check_gemv_shapes<qk::block_iq4_xs>();
 }

@@ -107,7 +107,7 @@ TEST_CASE("vulkan device: a pipeline is built once per kernel and specialization
     CHECK(dev.pipelines_built() == built);
     vk::step wrong = vk::gemv_step(m, ws.x(256), ws.y(4), ws.table(), dev.facts().max_workgroup_count_x);
     wrong.push.pop_back();
-    CHECK_THROWS_WITH_AS(dev.run(wrong), doctest::Contains("given 4 and 4"), qk::error);
+    CHECK_THROWS_WITH_AS(dev.run(wrong), doctest::Contains("given 4 and 8"), qk::error);
 }
 
 TEST_CASE("vulkan device: threads sharing one device get the single-threaded results")

@@ -2,7 +2,8 @@
 // dequantized rows with x, computed in double (the GPU's result differs from it only by float
 // rounding, bounded below), and the CPU's qk::gemv, which multiplies by x quantized to the
 // activation format (the difference is that quantization's effect, computed exactly, plus both
-// roundings). Shapes cover one block to many, odd row counts and rows beyond one grid row.
+// roundings). Shapes cover one block to many, odd row counts and rows beyond one grid row. The
+// mat-mult's columns against the same float bound and against the mat-vec of each column.
 #include <doctest/doctest.h>
 
 #include <backends/vulkan/gemv.hpp>
@@ -10,9 +11,11 @@
 #include <kernels/quantize.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "../gpu_reference.hpp"
@@ -95,6 +98,67 @@ void check_shapes()
     }
 }
 
+// gemm over `columns` random columns: each column within the rounding bound of its double-precision
+// product, and equal bit for bit to gemv's result for that column alone (the columns are spread
+// over tiles of four, the last tile partly filled, and gemv is a tile of one).
+template <class Block>
+void check_gemm(std::size_t rows, std::size_t cols, std::size_t columns, std::uint64_t seed)
+{
+    using traits = qk::format_traits<Block>;
+    CAPTURE(traits::name);
+    CAPTURE(rows);
+    CAPTURE(cols);
+    CAPTURE(columns);
+    const vk::device& dev = qk_test::vulkan_device();
+    const auto w = random_blocks<Block>(rows * cols / traits::block_size, seed);
+    const auto x = qk_inputs::normal<std::mt19937_64>(columns * cols, 1.0f, seed + 1);
+    std::vector<float> wf(rows * cols);
+    qk::dequantize<Block>(w, wf);
+    const auto m = vk::upload_matrix<Block>(dev, w, rows, cols);
+    vk::gemv_workspace ws(dev);
+    std::vector<float> y(columns * rows, std::nanf(""));
+    vk::gemm(dev, ws, m, columns, x, y);
+    std::size_t bad_bound = 0, bad_bits = 0;
+    for (std::size_t c = 0; c < columns; ++c) {
+        std::vector<float> y_gemv(rows, std::nanf(""));
+        vk::gemv(dev, ws, m, std::span<const float>(x).subspan(c * cols, cols), y_gemv);
+        for (std::size_t r = 0; r < rows; ++r) {
+            double exact = 0, magnitude = 0;
+            for (std::size_t i = 0; i < cols; ++i) {
+                exact += static_cast<double>(wf[r * cols + i]) * x[c * cols + i];
+                magnitude += std::abs(static_cast<double>(wf[r * cols + i]) * x[c * cols + i]);
+            }
+            const float got = y[c * rows + r];
+            if (!(std::abs(got - exact) <= rounding_bound(cols, magnitude)) && ++bad_bound <= 3) {
+                INFO("column " << c << ", row " << r << ": gemm " << got << ", exact " << exact);
+                CHECK(std::abs(got - exact) <= rounding_bound(cols, magnitude));
+            }
+            if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(y_gemv[r]) && ++bad_bits <= 3) {
+                INFO("column " << c << ", row " << r << ": gemm " << got << ", gemv " << y_gemv[r]);
+                CHECK(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(y_gemv[r]));
+            }
+        }
+    }
+    CHECK(bad_bound == 0);
+    CHECK(bad_bits == 0);
+}
+
+template <class Block>
+void check_gemm_shapes()
+{
+    constexpr std::size_t bs = qk::format_traits<Block>::block_size;
+    std::uint64_t seed = 500;
+    for (const std::size_t rows : {1, 3, 70}) {
+        for (const std::size_t blocks : {1, 5, 67}) {
+            for (const std::size_t columns : {1, 2, 4, 5, 9, 17}) {
+                if (blocks * bs <= 4096) {
+                    check_gemm<Block>(rows, blocks * bs, columns, seed++);
+                }
+            }
+        }
+    }
+}
+
 } // namespace
 
 TEST_CASE("vulkan gemv: Q8_0 against the float reference and the CPU")
@@ -115,6 +179,26 @@ TEST_CASE("vulkan gemv: IQ4_NL against the float reference and the CPU")
 TEST_CASE("vulkan gemv: IQ4_XS against the float reference and the CPU")
 {
     check_shapes<qk::block_iq4_xs>();
+}
+
+TEST_CASE("vulkan gemm: Q8_0 columns within the float bound, each equal to gemv's")
+{
+    check_gemm_shapes<qk::block_q8_0>();
+}
+
+TEST_CASE("vulkan gemm: MXFP4 columns within the float bound, each equal to gemv's")
+{
+    check_gemm_shapes<qk::block_mxfp4>();
+}
+
+TEST_CASE("vulkan gemm: IQ4_NL columns within the float bound, each equal to gemv's")
+{
+    check_gemm_shapes<qk::block_iq4_nl>();
+}
+
+TEST_CASE("vulkan gemm: IQ4_XS columns within the float bound, each equal to gemv's")
+{
+    check_gemm_shapes<qk::block_iq4_xs>();
 }
 
 TEST_CASE("vulkan gemv: more rows than one row of workgroups holds")
@@ -143,4 +227,10 @@ TEST_CASE("vulkan gemv: bad shapes are qk::errors and leave y untouched")
     CHECK_THROWS_AS(vk::gemv(dev, ws, m, x, long_y), qk::error);
     CHECK(y == std::vector<float>(2, 42.0f));
     CHECK(long_y == std::vector<float>(3, 42.0f));
+    std::vector<float> x2(256, 1.0f), y2(4, 42.0f);
+    CHECK_THROWS_WITH_AS(vk::gemm(dev, ws, m, 0, x2, y2), doctest::Contains("columns is 0"), qk::error);
+    CHECK_THROWS_WITH_AS(vk::gemm(dev, ws, m, 2, std::span<const float>(x2).first(255), y2), doctest::Contains("x has 255 values"),
+                         qk::error);
+    CHECK_THROWS_AS(vk::gemm(dev, ws, m, 2, x2, std::span<float>(y2).first(3)), qk::error);
+    CHECK(y2 == std::vector<float>(4, 42.0f));
 }

@@ -37,6 +37,9 @@ namespace detail {
 // SIMD-groups of 32 per threadgroup for mat-vec (one row each) and solve_tri (one column each).
 inline constexpr std::uint32_t simdgroups = 4;
 inline constexpr std::uint32_t simd_width = 32;
+// gemm's columns per dispatch: the grid's height, kept within the 65535 threadgroups per dimension
+// that every Metal GPU family allows.
+inline constexpr std::size_t max_grid_height = 65535;
 // solve_tri stages rows of A through 32 KiB of threadgroup memory: n * rows floats.
 inline constexpr std::uint32_t solve_tri_stage_floats = 8192;
 
@@ -81,33 +84,24 @@ public:
     {
         gpu::check_gemv_shape("qk::backend::metal::gemv", w, x.size(), y.size());
         const std::lock_guard lock(mutex_);
-        const buffer& xb = grow(x_, x.size_bytes());
-        const buffer& yb = grow(y_, y.size_bytes());
-        std::memcpy(xb.contents(), x.data(), x.size_bytes());
-        const auto rows = static_cast<std::uint32_t>(w.rows());
-        const std::vector<argument> args{
-            {&w.weights(), {}},
-            {&xb, {}},
-            {&yb, {}},
-            {nullptr, {rows, static_cast<std::uint32_t>(w.blocks_per_row())}},
-            {&table_, {}},
-        };
-        dispatch_shape shape;
-        shape.groups_x = (rows + detail::simdgroups - 1) / detail::simdgroups;
-        shape.threads_per_group = detail::simd_width * detail::simdgroups;
-        device_.run(*kernels::gemv[gpu::format_index<Block>], {}, args, shape);
-        std::memcpy(y.data(), yb.contents(), y.size_bytes());
+        run_gemv(w, 1, x, y);
     }
 
-    // Y = W·X for `columns` float columns (x[c * cols + i], y[c * rows + r], as the CPU's gemm):
-    // gemv's kernel once per column, so each column of y equals gemv's result for it bit for bit.
-    // The shapes are checked before anything runs.
+    // Y = W·X for `columns` float columns (x[c * cols + i], y[c * rows + r], as the CPU's gemm),
+    // in one dispatch of the mat-vec kernel over all columns (several where they exceed the grid
+    // or the device's largest buffer), so each column of y equals gemv's result for it bit for
+    // bit. The shapes are checked before anything runs.
     template <class Block>
     void gemm(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
     {
         gpu::check_gemm_shape("qk::backend::metal::gemm", w, columns, x.size(), y.size());
-        for (std::size_t c = 0; c < columns; ++c) {
-            gemv(w, x.subspan(c * w.cols(), w.cols()), y.subspan(c * w.rows(), w.rows()));
+        const std::lock_guard lock(mutex_);
+        const std::size_t longest = std::max<std::size_t>({w.rows(), w.cols(), 1});
+        const std::size_t by_buffer = device_.max_buffer_bytes() / sizeof(float) / longest;
+        const std::size_t batch = std::max<std::size_t>(1, std::min({columns, by_buffer, detail::max_grid_height}));
+        for (std::size_t first = 0; first < columns; first += batch) {
+            const std::size_t n = std::min(batch, columns - first);
+            run_gemv(w, n, x.subspan(first * w.cols(), n * w.cols()), y.subspan(first * w.rows(), n * w.rows()));
         }
     }
 
@@ -248,6 +242,29 @@ private:
     const buffer& grow(buffer& b, std::size_t bytes)
     {
         return gpu::grow(b, bytes, [this](std::size_t n) { return device_.make_buffer(n); });
+    }
+
+    // gemv.metal over `columns` columns (x and y checked by the caller; the lock held).
+    template <class Block>
+    void run_gemv(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
+    {
+        const buffer& xb = grow(x_, x.size_bytes());
+        const buffer& yb = grow(y_, y.size_bytes());
+        std::memcpy(xb.contents(), x.data(), x.size_bytes());
+        const auto rows = static_cast<std::uint32_t>(w.rows());
+        const std::vector<argument> args{
+            {&w.weights(), {}},
+            {&xb, {}},
+            {&yb, {}},
+            {nullptr, {rows, static_cast<std::uint32_t>(w.blocks_per_row())}},
+            {&table_, {}},
+        };
+        dispatch_shape shape;
+        shape.groups_x = (rows + detail::simdgroups - 1) / detail::simdgroups;
+        shape.groups_y = static_cast<std::uint32_t>(columns);
+        shape.threads_per_group = detail::simd_width * detail::simdgroups;
+        device_.run(*kernels::gemv[gpu::format_index<Block>], {}, args, shape);
+        std::memcpy(y.data(), yb.contents(), y.size_bytes());
     }
 
     device device_;

@@ -107,6 +107,7 @@ public:
         queue_.reset(device_->newCommandQueue());
         name_ = device_->name()->utf8String();
         max_threadgroup_memory_ = static_cast<std::size_t>(device_->maxThreadgroupMemoryLength());
+        max_buffer_bytes_ = static_cast<std::size_t>(device_->maxBufferLength());
     }
 
     device(const device&) = delete;
@@ -114,6 +115,7 @@ public:
 
     [[nodiscard]] const std::string& name() const noexcept { return name_; }
     [[nodiscard]] std::size_t max_threadgroup_memory() const noexcept { return max_threadgroup_memory_; }
+    [[nodiscard]] std::size_t max_buffer_bytes() const noexcept { return max_buffer_bytes_; }
     [[nodiscard]] MTL::Device* get() const noexcept { return device_.get(); }
 
     [[nodiscard]] buffer make_buffer(std::size_t bytes) const
@@ -223,6 +225,7 @@ private:
     detail::owned<MTL::CommandQueue> queue_;
     std::string name_;
     std::size_t max_threadgroup_memory_ = 0;
+    std::size_t max_buffer_bytes_ = 0;
     mutable std::mutex mutex_;
     mutable std::mutex queue_mutex_;
     mutable std::map<std::string, detail::owned<MTL::Library>, std::less<>> libraries_;

@@ -48,16 +48,14 @@ public:
         vulkan::gemv(device_, gemv_, w, x, y);
     }
 
-    // Y = W·X for `columns` float columns (x[c * cols + i], y[c * rows + r], as the CPU's gemm):
-    // gemv's kernel once per column, so each column of y equals gemv's result for it bit for bit.
-    // The shapes are checked before anything runs.
+    // Y = W·X for `columns` float columns (x[c * cols + i], y[c * rows + r], as the CPU's gemm),
+    // in one run of the mat-vec kernel over all columns, so each column of y equals gemv's result
+    // for it bit for bit. The shapes are checked before anything runs.
     template <class Block>
     void gemm(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
     {
-        gpu::check_gemm_shape("qk::backend::vulkan::gemm", w, columns, x.size(), y.size());
-        for (std::size_t c = 0; c < columns; ++c) {
-            gemv(w, x.subspan(c * w.cols(), w.cols()), y.subspan(c * w.rows(), w.rows()));
-        }
+        const std::lock_guard lock(mutex_);
+        vulkan::gemm(device_, gemv_, w, columns, x, y);
     }
 
     void solve_tri(const float* A, const float* B, float* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})

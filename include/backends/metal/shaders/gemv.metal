@@ -1,21 +1,23 @@
-// Mat-vec y = W·x on Metal for Q8_0, MXFP4, IQ4_NL and IQ4_XS weights (the GGUF block bytes,
-// read as they are) with float activations: one SIMD-group per row, its lanes striding over
-// parts of the row's blocks, then simd_sum. x is not quantized.
+// Mat-vec and mat-mult Y = W·X on Metal for Q8_0, MXFP4, IQ4_NL and IQ4_XS weights (the GGUF
+// block bytes, read as they are) with float activations: one SIMD-group per row and column, its
+// lanes striding over parts of the row's blocks, then simd_sum. x is not quantized. A mat-vec is
+// one column, so each column of a mat-mult is the mat-vec of that column bit for bit.
 //
 // Host interface (kernel_gemv_q8_0, kernel_gemv_mxfp4, kernel_gemv_iq4_nl, kernel_gemv_iq4_xs)
 //   buffer(0)  device const uchar* w      rows * blocks_per_row blocks, row-major, GGUF bytes
 //                                         (34, 17, 18, 136 bytes per block of 32, 32, 32, 256)
-//   buffer(1)  device const float* x      blocks_per_row * block values
-//   buffer(2)  device float*       y      rows values
+//   buffer(1)  device const float* x      columns * cols values (cols = blocks_per_row * block
+//                                         values), column c from x + c * cols
+//   buffer(2)  device float*       y      columns * rows values, column c from y + c * rows
 //   buffer(3)  constant gemv_args&        { uint rows; uint blocks_per_row; } (setBytes, 8 bytes)
 //   buffer(4)  constant float* e8m0_half  kernel_gemv_mxfp4 only: qk::e8m0_half_table, 256
 //                                         floats (1024 bytes)
 //   threadgroup memory: none. Function constants: none.
-//   dispatch: threadgroups (ceil(rows / nsg), 1, 1); threads per threadgroup (32 * nsg, 1, 1)
+//   dispatch: threadgroups (ceil(rows / nsg), columns, 1); threads per threadgroup (32 * nsg, 1, 1)
 //   for any nsg >= 1 with 32 * nsg <= the pipeline's maxTotalThreadsPerThreadgroup; the
-//   pipeline's threadExecutionWidth must be 32. SIMD-group s of threadgroup g computes row
-//   g * nsg + s (rows past the last return at once). Row offsets are 64-bit; within a row,
-//   blocks_per_row * 8 (the parts) must stay below 2^32.
+//   pipeline's threadExecutionWidth must be 32. SIMD-group s of threadgroup (g, c) computes row
+//   g * nsg + s of column c (rows past the last return at once). Row and column offsets are
+//   64-bit; within a row, blocks_per_row * 8 (the parts) must stay below 2^32.
 //
 // Blocks of 17, 18 and 34 bytes are not word aligned, so weights are read byte by byte and
 // fp16 scales assembled from two bytes. A lane's unit of work is a part of a block: a quarter
@@ -103,12 +105,14 @@ struct gemv_iq4_xs {
 
 template <typename Format, uint BlockBytes, uint BlockValues, uint Parts>
 inline void gemv_row(thread const Format& format, device const uchar* w, device const float* x, device float* y,
-                     constant gemv_args& args, uint row, uint lane, uint width)
+                     constant gemv_args& args, uint row, uint column, uint lane, uint width)
 {
     // Uniform over the SIMD-group: the lanes of one row leave together, before simd_sum.
     if (row >= args.rows) {
         return;
     }
+    x += ulong(column) * args.blocks_per_row * BlockValues;
+    y += ulong(column) * args.rows;
     device const uchar* blocks = w + ulong(row) * args.blocks_per_row * BlockBytes;
     const uint parts = args.blocks_per_row * Parts;
     float sum = 0.0f;
@@ -133,7 +137,7 @@ kernel void kernel_gemv_q8_0(device const uchar* w [[buffer(0)]],
                              uint ntpsg [[threads_per_simdgroup]])
 {
     const gemv_q8_0 format{};
-    gemv_row<gemv_q8_0, 34, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+    gemv_row<gemv_q8_0, 34, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tgpig.y, tiisg, ntpsg);
 }
 
 kernel void kernel_gemv_mxfp4(device const uchar* w [[buffer(0)]],
@@ -148,7 +152,7 @@ kernel void kernel_gemv_mxfp4(device const uchar* w [[buffer(0)]],
                               uint ntpsg [[threads_per_simdgroup]])
 {
     const gemv_mxfp4 format{e8m0_half};
-    gemv_row<gemv_mxfp4, 17, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+    gemv_row<gemv_mxfp4, 17, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tgpig.y, tiisg, ntpsg);
 }
 
 kernel void kernel_gemv_iq4_nl(device const uchar* w [[buffer(0)]],
@@ -162,7 +166,7 @@ kernel void kernel_gemv_iq4_nl(device const uchar* w [[buffer(0)]],
                                uint ntpsg [[threads_per_simdgroup]])
 {
     const gemv_iq4_nl format{};
-    gemv_row<gemv_iq4_nl, 18, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+    gemv_row<gemv_iq4_nl, 18, 32, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tgpig.y, tiisg, ntpsg);
 }
 
 kernel void kernel_gemv_iq4_xs(device const uchar* w [[buffer(0)]],
@@ -176,5 +180,5 @@ kernel void kernel_gemv_iq4_xs(device const uchar* w [[buffer(0)]],
                                uint ntpsg [[threads_per_simdgroup]])
 {
     const gemv_iq4_xs format{};
-    gemv_row<gemv_iq4_xs, 136, 256, 8>(format, w, x, y, args, tgpig.x * nsg + sgitg, tiisg, ntpsg);
+    gemv_row<gemv_iq4_xs, 136, 256, 8>(format, w, x, y, args, tgpig.x * nsg + sgitg, tgpig.y, tiisg, ntpsg);
 }

@@ -1,12 +1,20 @@
 #version 450
-// y = W·x for one weight format (FORMAT_Q8_0, FORMAT_MXFP4, FORMAT_IQ4_NL or FORMAT_IQ4_XS, set by
-// the generator) with float activations: one workgroup per row, its invocations striding over
-// the row's blocks, then a tree reduction in shared memory, which works for any subgroup size.
+// Y = W·X for one weight format (FORMAT_Q8_0, FORMAT_MXFP4, FORMAT_IQ4_NL or FORMAT_IQ4_XS, set by
+// the generator) with float activations, for any number of columns (a mat-vec is one): one
+// workgroup per row and tile of column_tile columns, its invocations striding over the row's
+// blocks, each decoding a block once for every column of the tile, then a tree reduction in
+// shared memory per column, which works for any subgroup size. A column's result does not depend
+// on the tile or the tile size: every column takes the same operations in the same order. The
+// tile size is a specialization constant so that the compiler unrolls the loops over it and keeps
+// the per-column sums in registers (1 for a mat-vec); a last tile that is not full computes its
+// last column again in the empty places and does not store them.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint workgroup_size = 64;
+layout(constant_id = 1) const uint column_tile = 1;
 
 layout(std430, set = 0, binding = 0) readonly buffer Weights { uint words[]; };
+// Column c of X at x[c * cols], of Y at y[c * rows] (cols = blocks_per_row * block_values).
 layout(std430, set = 0, binding = 1) readonly buffer Activations { float x[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Output { float y[]; };
 // MXFP4's scales: qkern's compile-time E8M0 table (half scales), uploaded as is.
@@ -15,26 +23,41 @@ layout(std430, set = 0, binding = 3) readonly buffer Table { float e8m0_half[]; 
 layout(push_constant) uniform Shape {
     uint rows;
     uint blocks_per_row;
+    uint columns;
 } shape;
 
 #include "bytes.glsl"
 // iq4_values and mxfp4_values, as the C++ formats define them.
 #include "generated/value_tables.glsl"
 
-shared float partial[workgroup_size];
+shared float partial[column_tile * workgroup_size];
+// This invocation's sums, one per column of the tile.
+float sums[column_tile];
 
+// block_dot(at, xi, stride, n): for the block at byte `at` and the tile's columns (x values from
+// xi, columns `stride` floats apart, the tile's first n of them real), sums[c] += that column's
+// dot with the block.
 #if defined(FORMAT_Q8_0)
 const uint block_bytes = 34u;
 const uint block_values = 32u;
-float block_dot(uint at, uint xi)
+void block_dot(uint at, uint xi, uint stride, uint n)
 {
-    float sum = 0.0;
+    float s[column_tile];
+    for (uint c = 0u; c < column_tile; ++c) {
+        s[c] = 0.0;
+    }
     for (uint j = 0u; j < 32u; j += 4u) {
         const uint q = u32_at(at + 2u + j);
-        const ivec4 v = ivec4(int(q << 24) >> 24, int(q << 16) >> 24, int(q << 8) >> 24, int(q) >> 24);
-        sum += dot(vec4(v), vec4(x[xi + j], x[xi + j + 1u], x[xi + j + 2u], x[xi + j + 3u]));
+        const vec4 v = vec4(ivec4(int(q << 24) >> 24, int(q << 16) >> 24, int(q << 8) >> 24, int(q) >> 24));
+        for (uint c = 0u; c < column_tile; ++c) {
+            const uint i = min(c, n - 1u) * stride + xi + j;
+            s[c] += dot(v, vec4(x[i], x[i + 1u], x[i + 2u], x[i + 3u]));
+        }
     }
-    return fp16_at(at) * sum;
+    const float d = fp16_at(at);
+    for (uint c = 0u; c < column_tile; ++c) {
+        sums[c] += d * s[c];
+    }
 }
 #elif defined(FORMAT_MXFP4) || defined(FORMAT_IQ4_NL)
 #if defined(FORMAT_MXFP4)
@@ -47,45 +70,75 @@ const uint quants = 2u;
 #define VALUE(code) iq4_values[code]
 #endif
 const uint block_values = 32u;
-float block_dot(uint at, uint xi)
+void block_dot(uint at, uint xi, uint stride, uint n)
 {
-    float sum = 0.0;
+    float s[column_tile];
+    for (uint c = 0u; c < column_tile; ++c) {
+        s[c] = 0.0;
+    }
     for (uint j = 0u; j < 16u; j += 4u) {
         const uint q = u32_at(at + quants + j);
         for (uint b = 0u; b < 4u; ++b) {
             const uint code = (q >> (8u * b)) & 0xffu;
-            sum += VALUE(code & 15u) * x[xi + j + b] + VALUE(code >> 4) * x[xi + j + b + 16u];
+            const float low = VALUE(code & 15u);
+            const float high = VALUE(code >> 4);
+            for (uint c = 0u; c < column_tile; ++c) {
+                const uint i = min(c, n - 1u) * stride + xi + j + b;
+                s[c] += low * x[i] + high * x[i + 16u];
+            }
         }
     }
 #if defined(FORMAT_MXFP4)
-    return sum * e8m0_half[byte_at(at)];
+    const float d = e8m0_half[byte_at(at)];
+    for (uint c = 0u; c < column_tile; ++c) {
+        sums[c] += s[c] * d;
+    }
 #else
-    return fp16_at(at) * sum;
+    const float d = fp16_at(at);
+    for (uint c = 0u; c < column_tile; ++c) {
+        sums[c] += d * s[c];
+    }
 #endif
 }
 #elif defined(FORMAT_IQ4_XS)
 const uint block_bytes = 136u;
 const uint block_values = 256u;
-float block_dot(uint at, uint xi)
+void block_dot(uint at, uint xi, uint stride, uint n)
 {
     const float d = fp16_at(at);
     const uint scales_h = u16_at(at + 2u);
     const uint scales_l = words[(at + 4u) >> 2]; // blocks of 136 bytes: this word is aligned
-    float total = 0.0;
+    float total[column_tile];
+    for (uint c = 0u; c < column_tile; ++c) {
+        total[c] = 0.0;
+    }
     for (uint g = 0u; g < 8u; ++g) {
-        const uint low = (scales_l >> (4u * g)) & 15u; // byte g/2, nibble g%2
-        const int scale = int(low | (((scales_h >> (2u * g)) & 3u) << 4)) - 32;
-        float sum = 0.0;
+        const uint low_bits = (scales_l >> (4u * g)) & 15u; // byte g/2, nibble g%2
+        const int scale = int(low_bits | (((scales_h >> (2u * g)) & 3u) << 4)) - 32;
+        float s[column_tile];
+        for (uint c = 0u; c < column_tile; ++c) {
+            s[c] = 0.0;
+        }
         for (uint j = 0u; j < 16u; j += 4u) {
             const uint q = words[(at + 8u + 16u * g + j) >> 2];
             for (uint b = 0u; b < 4u; ++b) {
                 const uint code = (q >> (8u * b)) & 0xffu;
-                sum += iq4_values[code & 15u] * x[xi + 32u * g + j + b] + iq4_values[code >> 4] * x[xi + 32u * g + j + b + 16u];
+                const float low = iq4_values[code & 15u];
+                const float high = iq4_values[code >> 4];
+                for (uint c = 0u; c < column_tile; ++c) {
+                    const uint i = min(c, n - 1u) * stride + xi + 32u * g + j + b;
+                    s[c] += low * x[i] + high * x[i + 16u];
+                }
             }
         }
-        total += (d * float(scale)) * sum;
+        const float ds = d * float(scale);
+        for (uint c = 0u; c < column_tile; ++c) {
+            total[c] += ds * s[c];
+        }
     }
-    return total;
+    for (uint c = 0u; c < column_tile; ++c) {
+        sums[c] += total[c];
+    }
 }
 #else
 #error "the generator defines one FORMAT_*"
@@ -94,23 +147,34 @@ float block_dot(uint at, uint xi)
 void main()
 {
     const uint row = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint first_column = gl_WorkGroupID.z * column_tile;
+    const uint n = min(column_tile, shape.columns - first_column);
+    const uint stride = shape.blocks_per_row * block_values;
     const uint t = gl_LocalInvocationID.x;
-    float sum = 0.0;
+    for (uint c = 0u; c < column_tile; ++c) {
+        sums[c] = 0.0;
+    }
     if (row < shape.rows) {
         const uint first = row * shape.blocks_per_row;
         for (uint b = t; b < shape.blocks_per_row; b += workgroup_size) {
-            sum += block_dot((first + b) * block_bytes, b * block_values);
+            block_dot((first + b) * block_bytes, first_column * stride + b * block_values, stride, n);
         }
     }
-    partial[t] = sum;
+    for (uint c = 0u; c < column_tile; ++c) {
+        partial[c * workgroup_size + t] = sums[c];
+    }
     barrier();
     for (uint half_size = workgroup_size / 2u; half_size > 0u; half_size /= 2u) {
         if (t < half_size) {
-            partial[t] += partial[t + half_size];
+            for (uint c = 0u; c < column_tile; ++c) {
+                partial[c * workgroup_size + t] += partial[c * workgroup_size + t + half_size];
+            }
         }
         barrier();
     }
     if (t == 0u && row < shape.rows) {
-        y[row] = partial[0];
+        for (uint c = 0u; c < n; ++c) {
+            y[(first_column + c) * shape.rows + row] = partial[c * workgroup_size];
+        }
     }
 }

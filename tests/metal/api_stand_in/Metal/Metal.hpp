@@ -75,6 +75,7 @@ class Device : public NS::Referencing<Device> {
 public:
     NS::String* name() const;
     NS::UInteger maxThreadgroupMemoryLength() const;
+    NS::UInteger maxBufferLength() const;
     CommandQueue* newCommandQueue();
     Buffer* newBuffer(NS::UInteger length, ResourceOptions options);
     Library* newLibrary(const NS::String* source, const CompileOptions* options, NS::Error** error);
