@@ -16,6 +16,7 @@
 #include "candidates.hpp"
 #include "parameters.hpp"
 #include "sampler.hpp"
+#include "samplers/adaptive_p.hpp"
 #include "samplers/dist.hpp"
 #include "samplers/dry.hpp"
 #include "samplers/greedy.hpp"
@@ -46,9 +47,9 @@ public:
 
     // Parses `name(args);name(args);...`. Names: greedy, dist, temp (temperature), temp_ext
     // (dynatemp), top_k, top_p, min_p, typical (typ_p), top_n_sigma, xtc, mirostat, mirostat_v2,
-    // penalties, dry, logit_bias; each header lists its parameters in positional order. Unknown
-    // names, bad values, empty parts, or a chain whose last sampler selects nothing: qk::error
-    // naming the part.
+    // adaptive_p, penalties, dry, logit_bias; each header lists its parameters in positional
+    // order. Unknown names, bad values, empty parts, or a chain whose last sampler selects
+    // nothing: qk::error naming the part.
     [[nodiscard]] static chain parse(std::string_view text)
     {
         chain result;
@@ -153,11 +154,11 @@ private:
     void check_selects(const char* where) const
     {
         if (samplers_.empty()) {
-            qk::detail::fail(where, ": the chain is empty; it needs a selecting sampler (greedy, dist, mirostat, mirostat_v2)");
+            qk::detail::fail(where, ": the chain is empty; it needs a selecting sampler (greedy, dist, mirostat, mirostat_v2, adaptive_p)");
         }
         if (!samplers_.back().selects()) {
             qk::detail::fail(where, ": the chain ends with '", samplers_.back().describe(),
-                             "', which selects no token; end it with greedy, dist, mirostat or mirostat_v2");
+                             "', which selects no token; end it with greedy, dist, mirostat, mirostat_v2 or adaptive_p");
         }
     }
 
@@ -259,6 +260,9 @@ private:
         if (name == "mirostat_v2") {
             return mirostat_v2::from_arguments(std::move(args));
         }
+        if (name == "adaptive_p") {
+            return adaptive_p::from_arguments(std::move(args));
+        }
         if (name == "penalties") {
             return penalties::from_arguments(std::move(args));
         }
@@ -270,7 +274,7 @@ private:
         }
         qk::detail::fail("qk::sampling::chain::parse: unknown sampler '", name, "' in '", part,
                          "' (known: greedy, dist, temp, temp_ext, top_k, top_p, min_p, typical, top_n_sigma, xtc, mirostat, "
-                         "mirostat_v2, penalties, dry, logit_bias)");
+                         "mirostat_v2, adaptive_p, penalties, dry, logit_bias)");
     }
 
     std::vector<sampler> samplers_;

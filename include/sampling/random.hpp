@@ -48,6 +48,7 @@ inline constexpr std::uint64_t dist = 1;
 inline constexpr std::uint64_t xtc = 2;
 inline constexpr std::uint64_t mirostat = 3;
 inline constexpr std::uint64_t mirostat_v2 = 4;
+inline constexpr std::uint64_t adaptive_p = 5;
 } // namespace stream
 
 } // namespace qk::sampling
