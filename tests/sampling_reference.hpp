@@ -299,24 +299,57 @@ inline set_ref ref_top_k(const set_ref& in, std::int32_t k)
     return as_list(l);
 }
 
-// "The candidate that crosses p is kept": only non-empty prefixes count, so p <= 0 keeps one.
+// The exact mass of exact_mass.hpp, written from its definition: floor(e * 2^48), in double
+// (e has 24 bits, so the product and its floor are exact), summed in 128-bit integers.
+__extension__ using mass_ref = unsigned __int128;
+inline std::uint64_t mass_of_ref(float e) { return static_cast<std::uint64_t>(std::floor(static_cast<double>(e) * 0x1.0p48)); }
+
+// ceil(p * total) for p in (0, 1): p = f 2^ex with f in [1/2, 1) a 24-bit fraction (frexp).
+inline mass_ref share_ref(float p, mass_ref total)
+{
+    int ex = 0;
+    const double f = std::frexp(static_cast<double>(p), &ex);
+    const auto m = static_cast<std::uint64_t>(std::ldexp(f, 24));
+    const int s = 24 - ex; // p = m / 2^s
+    const mass_ref product = mass_ref{m} * total;
+    if (s >= 128) {
+        return product > 0 ? 1 : 0;
+    }
+    const mass_ref whole = product >> s;
+    return (whole << s) == product ? whole : whole + 1;
+}
+
+// "The candidate that crosses p is kept": p <= 0 keeps one; the cut compares exact masses.
 inline set_ref ref_top_p(const set_ref& in, float p, std::size_t min_keep)
 {
     if (p >= 1.0f) {
         return unchanged(in);
     }
     auto l = in.items;
+    float max = -inf;
+    for (const auto& t : l) {
+        max = t.logit > max ? t.logit : max;
+    }
+    mass_ref total = 0;
+    for (const auto& t : l) {
+        total += mass_of_ref(d_exp(t.logit - max));
+    }
     if (in.whole) {
-        softmax_vocabulary(l);
+        // A prefix lists each token's weight over the vocabulary's exact mass.
+        const auto factor = static_cast<float>(0x1.0p48 / static_cast<double>(total));
+        for (auto& t : l) {
+            t.p = d_exp(t.logit - max) * factor;
+        }
     } else {
         softmax_list(l);
     }
     l = sorted_copy(l);
-    float sum = 0.0f;
+    const mass_ref target = p > 0.0f ? share_ref(p, total) : 0;
+    mass_ref sum = 0;
     std::size_t keep = l.size();
     for (std::size_t i = 0; i < l.size(); ++i) {
-        sum = sum + l[i].p;
-        if (sum >= p && i + 1 >= min_keep) {
+        sum += mass_of_ref(d_exp(l[i].logit - max));
+        if (sum >= target && i + 1 >= min_keep) {
             keep = i + 1;
             break;
         }

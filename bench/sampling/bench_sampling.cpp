@@ -1,7 +1,8 @@
-// qk::sampling speed per token on whole vocabularies (32000, 152064, 256000 logits): the SIMD
-// softmax pass as the baseline, then greedy, dist and a typical llama.cpp-style chain, each also
-// reported as a multiple of the softmax pass (x_softmax). Built with -march=native
-// (bench/CMakeLists.txt) so that qk::arch::vector_native is the CPU's widest vector tag.
+// qk::sampling speed per token on whole vocabularies (32000, 152064, 256000 logits; flat, normal
+// and peaky shapes): the SIMD softmax pass as the baseline, then greedy, dist, a typical
+// llama.cpp-style chain and single truncations before dist, each also reported as a multiple of
+// the softmax pass (x_softmax). Built with -march=native (bench/CMakeLists.txt) so that
+// qk::arch::vector_native is the CPU's widest vector tag.
 #include <benchmark/benchmark.h>
 
 #include <sampling/sampling.hpp>
@@ -13,7 +14,9 @@
 #include <map>
 #include <random>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "inputs.hpp"
@@ -24,27 +27,39 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr std::string_view typical_chain = "penalties(last_n=64,repeat=1.1);top_k(40);top_p(0.95);min_p(0.05);temp(0.8);dist(seed=42)";
 
-// Logits shaped like a language model's: a broad body, normal with sigma 3 (portable_normal, so
-// the values do not depend on the standard library's normal_distribution), and a head of a few
-// tokens well above it that together hold most of the probability. Without the head, top_p would
-// see a flat distribution and walk deep into the vocabulary, which real models rarely make it do.
-std::vector<float> make_logits(std::size_t n)
+// Three shapes of logits (portable_normal, so the values do not depend on the standard library's
+// normal_distribution):
+//  - flat: N(0, 1), where a nucleus of p = 0.95 holds most of the vocabulary;
+//  - normal: N(0, 3), a broad body alone (the nucleus still holds thousands of tokens);
+//  - peaky: N(0, 3) with a head of six tokens well above it that together hold most of the
+//    probability, as a language model's logits usually are.
+enum shape : std::int64_t { flat, normal, peaky };
+
+const char* shape_name(std::int64_t s)
+{
+    constexpr const char* names[] = {"flat", "normal", "peaky"};
+    return names[s];
+}
+
+std::vector<float> make_logits(std::size_t n, shape s)
 {
     std::mt19937 engine(20250101);
-    std::vector<float> logits = qk_inputs::portable_normal(n, engine, 3.0);
-    constexpr float head[] = {18.0f, 17.0f, 16.5f, 16.0f, 15.0f, 14.5f};
-    for (const float h : head) {
-        logits[engine() % n] = h;
+    std::vector<float> logits = qk_inputs::portable_normal(n, engine, s == shape::flat ? 1.0 : 3.0);
+    if (s == shape::peaky) {
+        constexpr float head[] = {18.0f, 17.0f, 16.5f, 16.0f, 15.0f, 14.5f};
+        for (const float h : head) {
+            logits[engine() % n] = h;
+        }
     }
     return logits;
 }
 
-const std::vector<float>& logits_of(std::size_t n)
+const std::vector<float>& logits_of(std::size_t n, std::int64_t s)
 {
-    static std::map<std::size_t, std::vector<float>> cache;
-    auto it = cache.find(n);
+    static std::map<std::pair<std::size_t, std::int64_t>, std::vector<float>> cache;
+    auto it = cache.find({n, s});
     if (it == cache.end()) {
-        it = cache.emplace(n, make_logits(n)).first;
+        it = cache.emplace(std::pair{n, s}, make_logits(n, static_cast<shape>(s))).first;
     }
     return it->second;
 }
@@ -58,7 +73,8 @@ double softmax_baseline_ns(std::size_t n)
     if (const auto it = cache.find(n); it != cache.end()) {
         return it->second;
     }
-    const std::vector<float>& logits = logits_of(n);
+    // The pass has no data-dependent branch, so one shape stands for all.
+    const std::vector<float>& logits = logits_of(n, static_cast<std::int64_t>(shape::peaky));
     std::vector<float> p(n);
     std::vector<float> chunk_sums;
     const auto batch = [&](std::size_t calls) {
@@ -102,7 +118,7 @@ void report(benchmark::State& state, std::size_t n, double loop_ns)
 void softmax_pass(benchmark::State& state)
 {
     const auto n = static_cast<std::size_t>(state.range(0));
-    const std::vector<float>& logits = logits_of(n);
+    const std::vector<float>& logits = logits_of(n, state.range(1));
     std::vector<float> p(n);
     std::vector<float> chunk_sums;
     (void)softmax_baseline_ns(n); // outside the timed loop
@@ -120,7 +136,7 @@ void softmax_pass(benchmark::State& state)
 void chain_case(benchmark::State& state, std::string_view text, int warm_up)
 {
     const auto n = static_cast<std::size_t>(state.range(0));
-    const std::vector<float>& logits = logits_of(n);
+    const std::vector<float>& logits = logits_of(n, state.range(1));
     qk::sampling::chain chain = qk::sampling::chain::parse(text);
     for (int i = 0; i < warm_up; ++i) {
         (void)chain.sample(logits);
@@ -131,7 +147,7 @@ void chain_case(benchmark::State& state, std::string_view text, int warm_up)
         benchmark::DoNotOptimize(chain.sample(logits));
     }
     report(state, n, std::chrono::duration<double, std::nano>(clock_type::now() - start).count());
-    state.SetLabel(chain.describe());
+    state.SetLabel(std::string(shape_name(state.range(1))) + " " + chain.describe());
 }
 
 void greedy_chain(benchmark::State& state) { chain_case(state, "greedy", 0); }
@@ -139,13 +155,21 @@ void dist_chain(benchmark::State& state) { chain_case(state, "dist(seed=42)", 0)
 // The penalty window (last_n = 64) is filled by the chain's own draws, as it would be after 64
 // steps of decoding; the timed loop keeps it in that steady state.
 void typical_chain_case(benchmark::State& state) { chain_case(state, typical_chain, 64); }
+// Single truncations over the whole vocabulary, as APIs that default to one of them run them.
+void top_p_dist(benchmark::State& state) { chain_case(state, "top_p(0.95);dist(seed=42)", 0); }
+void typical_dist(benchmark::State& state) { chain_case(state, "typical(0.9);dist(seed=42)", 0); }
+void top_k_4096_dist(benchmark::State& state) { chain_case(state, "top_k(4096);dist(seed=42)", 0); }
+void top_n_sigma_dist(benchmark::State& state) { chain_case(state, "top_n_sigma(1);dist(seed=42)", 0); }
+void min_p_dist(benchmark::State& state) { chain_case(state, "min_p(0.02);dist(seed=42)", 0); }
 
 void vocabularies(benchmark::internal::Benchmark* b)
 {
-    for (const std::int64_t n : {32000, 152064, 256000}) {
-        b->Arg(n);
+    for (const std::int64_t s : {shape::flat, shape::normal, shape::peaky}) {
+        for (const std::int64_t n : {32000, 152064, 256000}) {
+            b->Args({n, s});
+        }
     }
-    b->ArgName("vocab")->MinTime(0.2)->Unit(benchmark::kMicrosecond);
+    b->ArgNames({"vocab", "shape"})->MinTime(0.2)->Unit(benchmark::kMicrosecond);
 }
 
 } // namespace
@@ -154,3 +178,8 @@ BENCHMARK(softmax_pass)->Apply(vocabularies);
 BENCHMARK(greedy_chain)->Apply(vocabularies);
 BENCHMARK(dist_chain)->Apply(vocabularies);
 BENCHMARK(typical_chain_case)->Name("typical_chain")->Apply(vocabularies);
+BENCHMARK(top_p_dist)->Apply(vocabularies);
+BENCHMARK(typical_dist)->Apply(vocabularies);
+BENCHMARK(top_k_4096_dist)->Apply(vocabularies);
+BENCHMARK(top_n_sigma_dist)->Apply(vocabularies);
+BENCHMARK(min_p_dist)->Apply(vocabularies);

@@ -15,6 +15,8 @@
 #include "../kernels/arch.hpp"
 #include "../kernels/error.hpp"
 #include "deterministic_math.hpp"
+#include "exact_mass.hpp"
+#include "rank_select.hpp"
 #include "token_data.hpp"
 #include "vocabulary_scan.hpp"
 
@@ -30,16 +32,22 @@ namespace detail {
 
 } // namespace detail
 
-// Three forms, each a complete description of the set:
+// Four forms, each a complete description of the set:
 //  - view: every token of the vocabulary, its logit read from the caller's span, except for a few
 //    tokens whose logits a sampler changed (penalties, biases: `patches`, sorted by id);
 //  - dense: every token, logits in an owned copy (when a sampler changes all of them);
 //  - list: some tokens as token_data, in an order samplers may rely on (`sorted`: by logit, high
-//    first, then by id) and with probabilities when `has_probabilities`.
+//    first, then by id) and with probabilities when `has_probabilities`;
+//  - prefix: the tokens of the vocabulary (view without patches, or dense) that rank at or before
+//    one token (logit high first, then id low first), sorted: what top_p leaves of a whole
+//    vocabulary, held as that token, the vocabulary's weights exp(logit - max) and their exact
+//    mass (exact_mass.hpp) instead of a list of thousands. list() sorts it out when a sampler
+//    needs one, each p the token's weight times float(1 / the vocabulary's exact mass); top_p,
+//    dist and greedy work on it directly.
 // NaN logits count as -inf throughout; a list never holds NaN.
 class candidates {
 public:
-    enum class form : std::uint8_t { view, dense, list };
+    enum class form : std::uint8_t { view, dense, list, prefix };
 
     candidates() = default;
 
@@ -62,12 +70,22 @@ public:
         sorted_ = false;
         has_probabilities_ = false;
         selected_ = -1;
+        prefix_size_ = unknown_size;
     }
 
     [[nodiscard]] form current() const noexcept { return form_; }
     [[nodiscard]] std::int32_t vocab_size() const noexcept { return vocab_; }
-    [[nodiscard]] std::size_t size() const noexcept { return form_ == form::list ? list_.size() : static_cast<std::size_t>(vocab_); }
-    [[nodiscard]] bool whole_vocabulary() const noexcept { return form_ != form::list; }
+    [[nodiscard]] std::size_t size() const noexcept
+    {
+        if (form_ == form::prefix) {
+            if (prefix_size_ == unknown_size) {
+                prefix_size_ = detail::count_ranked<arch::vector_native>(prefix_logits(), static_cast<std::size_t>(vocab_), bound_);
+            }
+            return prefix_size_;
+        }
+        return form_ == form::list ? list_.size() : static_cast<std::size_t>(vocab_);
+    }
+    [[nodiscard]] bool whole_vocabulary() const noexcept { return form_ == form::view || form_ == form::dense; }
 
     // --- view and dense forms ---
 
@@ -102,8 +120,8 @@ public:
 
     [[nodiscard]] float logit(std::int32_t id) const
     {
-        if (form_ == form::dense) {
-            return dense_[static_cast<std::size_t>(id)];
+        if (form_ == form::dense || form_ == form::prefix) {
+            return form_ == form::dense ? dense_[static_cast<std::size_t>(id)] : prefix_logits()[id];
         }
         const auto it = find_patch(id);
         return it != patches_.end() && it->first == id ? it->second : base_[id];
@@ -133,9 +151,25 @@ public:
 
     // --- list form ---
 
-    // The candidates as a list, converting a whole vocabulary into one (in id order) if needed.
+    // The candidates as a list, converting a whole vocabulary into one (in id order) or a prefix
+    // into one (sorted) if needed.
     [[nodiscard]] std::vector<token_data>& list()
     {
+        if (form_ == form::prefix) {
+            const float* x = prefix_logits();
+            list_.clear();
+            detail::filter_at_least<arch::vector_native>(x, static_cast<std::size_t>(vocab_), bound_.logit, list_);
+            std::erase_if(list_, [this](const token_data& t) { return t.logit == bound_.logit && t.id > bound_.id; });
+            std::sort(list_.begin(), list_.end(), detail::ranks_before);
+            // Each keeps its probability in the whole vocabulary, from the exact total mass.
+            const auto factor = static_cast<float>(0x1.0p48 / detail::to_double(vocabulary_mass_));
+            for (auto& t : list_) {
+                t.p = weights_[static_cast<std::size_t>(t.id)] * factor;
+            }
+            form_ = form::list;
+            sorted_ = true;
+            has_probabilities_ = false;
+        }
         if (form_ != form::list) {
             const float* x = vocabulary_logits();
             list_.resize(static_cast<std::size_t>(vocab_));
@@ -236,14 +270,54 @@ public:
     // Scratch space for whole-vocabulary passes (chunk sums), kept across steps.
     [[nodiscard]] std::vector<float>& chunk_sums() noexcept { return chunk_sums_; }
 
+    // --- prefix form ---
+
+    // Every token's weight exp(logit - max) for a prefix about to be made: vocab_size() floats.
+    [[nodiscard]] float* weights_buffer()
+    {
+        weights_.resize(static_cast<std::size_t>(vocab_));
+        return weights_.data();
+    }
+    // Makes the set the tokens of the current whole vocabulary (or prefix) that rank at or before
+    // `bound`, `mass` their exact mass (of a whole vocabulary: `total`, the mass of all of it);
+    // weights_buffer() holds every token's weight, `max` is the largest logit and `lowest` the
+    // smallest that weighs anything.
+    void keep_prefix(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float max, float lowest)
+    {
+        if (whole_vocabulary()) {
+            prefix_over_dense_ = form_ == form::dense;
+            vocabulary_mass_ = total;
+        } else if (form_ != form::prefix) {
+            qk::detail::fail("qk::sampling::candidates::keep_prefix: the set is a list of ", list_.size(), " candidates");
+        }
+        form_ = form::prefix;
+        bound_ = bound;
+        prefix_mass_ = mass;
+        max_ = max;
+        lowest_ = lowest;
+        prefix_size_ = unknown_size;
+        sorted_ = true;
+        has_probabilities_ = false;
+    }
+    [[nodiscard]] bool is_prefix() const noexcept { return form_ == form::prefix; }
+    [[nodiscard]] const float* prefix_logits() const noexcept { return prefix_over_dense_ ? dense_.data() : base_; }
+    [[nodiscard]] const float* prefix_weights() const noexcept { return weights_.data(); }
+    [[nodiscard]] detail::rank_bound prefix_bound() const noexcept { return bound_; }
+    [[nodiscard]] detail::mass_t prefix_mass() const noexcept { return prefix_mass_; }
+    [[nodiscard]] float prefix_max() const noexcept { return max_; }
+    [[nodiscard]] float prefix_lowest() const noexcept { return lowest_; }
+    [[nodiscard]] detail::rank_scratch& rank_scratch() noexcept { return rank_scratch_; }
+
 private:
     void require_whole(const char* what) const
     {
-        if (form_ == form::list) {
-            qk::detail::fail("qk::sampling::candidates::", what, ": the set is a list of ", list_.size(),
+        if (!whole_vocabulary()) {
+            qk::detail::fail("qk::sampling::candidates::", what, ": the set is ", form_ == form::list ? "a list of " : "a prefix of ", size(),
                              " candidates, not a whole vocabulary");
         }
     }
+
+    static constexpr std::size_t unknown_size = std::numeric_limits<std::size_t>::max();
 
     using patch_iterator = std::vector<std::pair<std::int32_t, float>>::iterator;
     using patch_const_iterator = std::vector<std::pair<std::int32_t, float>>::const_iterator;
@@ -263,6 +337,15 @@ private:
     std::vector<float> dense_;
     std::vector<token_data> list_;
     std::vector<float> chunk_sums_;
+    std::vector<float> weights_;
+    detail::rank_scratch rank_scratch_;
+    detail::rank_bound bound_;
+    detail::mass_t prefix_mass_ = 0;
+    detail::mass_t vocabulary_mass_ = 1;
+    float max_ = detail::minus_infinity;
+    float lowest_ = detail::minus_infinity;
+    mutable std::size_t prefix_size_ = unknown_size;
+    bool prefix_over_dense_ = false;
     bool sorted_ = false;
     bool has_probabilities_ = false;
     std::int32_t selected_ = -1;

@@ -6,6 +6,8 @@
 
 #include <qkern.hpp>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -142,6 +144,92 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                     sd::filter_at_least<tag>(x, n, threshold, kept);
                     sd::filter_at_least<reference>(x, n, threshold, kept_ref);
                     CHECK(kept == kept_ref);
+                }
+            }
+        }
+    }
+}
+
+// The exact-mass and rank-selection passes (exact_mass.hpp, rank_select.hpp): integer sums and
+// positions, so the tag must give generic's values exactly, whatever order its lanes add in.
+TEST_CASE("rank selection passes: the tag's masses and positions equal generic's")
+{
+    std::uint32_t seed = 1000;
+    for (const bool special : {false, true}) {
+        for (const std::size_t n : sizes) {
+            for (const std::size_t offset : {0, 1, 3}) {
+                auto storage = logits(n + offset, seed++, special);
+                if (n > 100 && !special) {
+                    // Runs of equal logits, so that ties meet the bounds.
+                    for (std::size_t i = offset; i < storage.size(); i += 5) {
+                        storage[i] = std::round(storage[i]);
+                    }
+                }
+                const float* x = storage.data() + offset;
+                CAPTURE(n);
+                CAPTURE(offset);
+                CAPTURE(special);
+                const float max = sd::max_logit<reference>(x, n);
+                if (!(max > -inf)) {
+                    continue;
+                }
+                std::vector<float> e(n);
+                std::vector<float> e_ref(n);
+                float lowest = 0.0f;
+                float lowest_ref = 0.0f;
+                const sd::mass_t total = sd::exp_mass<tag>(x, n, max, e.data(), lowest);
+                const sd::mass_t total_ref = sd::exp_mass<reference>(x, n, max, e_ref.data(), lowest_ref);
+                CHECK(total == total_ref);
+                CHECK(same_bits(lowest, lowest_ref));
+                CHECK(std::memcmp(e.data(), e_ref.data(), n * sizeof(float)) == 0);
+
+                std::array<float, sd::rank_splits> thresholds;
+                for (std::size_t j = 0; j < sd::rank_splits; ++j) {
+                    thresholds[j] = max - 1.5f * static_cast<float>(j);
+                }
+                std::array<sd::mass_t, sd::rank_splits> masses;
+                std::array<sd::mass_t, sd::rank_splits> masses_ref;
+                sd::masses_above<tag, false>(x, e.data(), n, thresholds, masses);
+                sd::masses_above<reference, false>(x, e.data(), n, thresholds, masses_ref);
+                CHECK(masses == masses_ref);
+                sd::masses_above<tag, true>(x, nullptr, n, thresholds, masses);
+                sd::masses_above<reference, true>(x, nullptr, n, thresholds, masses_ref);
+                CHECK(masses == masses_ref);
+
+                const sd::rank_bound bounds[] = {sd::everything, {x[n / 2], static_cast<std::int32_t>(n / 3)}, {1.5f, 7}};
+                for (const auto& bound : bounds) {
+                    CHECK(sd::count_ranked<tag>(x, n, bound) == sd::count_ranked<reference>(x, n, bound));
+                    sd::token_arrays got;
+                    sd::token_arrays want;
+                    got.clear(n);
+                    want.clear(n);
+                    sd::gather_range<tag>(x, e.data(), nullptr, n, max - 4.0f, max - 0.5f, bound, got);
+                    sd::gather_range<reference>(x, e.data(), nullptr, n, max - 4.0f, max - 0.5f, bound, want);
+                    REQUIRE(got.count == want.count);
+                    CHECK(std::equal(got.id.begin(), got.id.begin() + static_cast<std::ptrdiff_t>(got.count), want.id.begin()));
+                    CHECK(std::memcmp(got.weight.data(), want.weight.data(), got.count * sizeof(float)) == 0);
+                    CHECK(same_bits(got.lowest, want.lowest));
+                    CHECK(same_bits(got.highest, want.highest));
+                }
+
+                const float from = std::max(lowest_ref, max - 34.0f);
+                sd::rank_scratch scratch;
+                sd::rank_scratch scratch_ref;
+                for (int k = 1; k <= 15; ++k) {
+                    // Targets over the whole mass, the first and last units included.
+                    const sd::mass_t target = k == 1 ? 1 : k == 15 ? total : total / 16 * static_cast<unsigned>(k);
+                    const auto got = sd::find_by_rank<tag, false>(x, e.data(), n, from, max, target, sd::everything, scratch);
+                    const auto want = sd::find_by_rank<reference, false>(x, e.data(), n, from, max, target, sd::everything, scratch_ref);
+                    CHECK(got.id == want.id);
+                    CHECK(got.through == want.through);
+                }
+                if (!special) {
+                    for (const std::size_t k : {std::size_t{1}, n / 2 + 1, n}) {
+                        const auto got = sd::find_by_rank<tag, true>(x, nullptr, n, lowest_ref, max, k, sd::everything, scratch);
+                        const auto want = sd::find_by_rank<reference, true>(x, nullptr, n, lowest_ref, max, k, sd::everything, scratch_ref);
+                        CHECK(got.id == want.id);
+                        CHECK(got.through == want.through);
+                    }
                 }
             }
         }

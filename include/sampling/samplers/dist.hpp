@@ -2,7 +2,10 @@
 // number in [0, 1) from the sampler's generator, it selects the first candidate (in the set's
 // order: id order over a whole vocabulary) at which the running sum of p exceeds u times the sum
 // of p. Over a whole vocabulary this is one SIMD pass for the maximum and one for the exp sums per
-// chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in.
+// chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in. Over a prefix
+// (what top_p leaves of a whole vocabulary, sorted) the running sum is the exact mass of
+// exact_mass.hpp, taken in rank order without sorting (rank_select.hpp): the first candidate whose
+// running mass exceeds u times the prefix's mass.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,12 @@ namespace detail {
         sums.resize(chunk_count(n));
         const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
         return static_cast<std::int32_t>(draw<arch::vector_native>(x, n, max, sums.data(), total, u));
+    }
+    if (c.is_prefix()) {
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        return find_by_rank<arch::vector_native, false>(c.prefix_logits(), c.prefix_weights(), n, c.prefix_lowest(), c.prefix_max(),
+                                                        draw_target(u, c.prefix_mass()), c.prefix_bound(), c.rank_scratch())
+            .id;
     }
     c.compute_probabilities();
     return c.list()[draw_index(c.list(), u)].id;

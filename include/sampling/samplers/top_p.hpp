@@ -1,10 +1,14 @@
-// top_p (nucleus): with the candidates sorted by logit (high first, ties by id) and p their
-// softmax, keeps the shortest prefix whose probabilities sum (in float, in order) to at least p,
-// and at least min_keep candidates: the candidate that crosses p is kept (inclusive). p >= 1
-// keeps everything. The result is sorted; its p are not renormalized.
-// Without sorting every candidate: over a whole vocabulary the exp sums come from one SIMD pass,
-// and only the best m candidates are selected and sorted (top_k_scan), m growing 8x until the
-// prefix reaches p; a long unsorted list is likewise partially sorted in growing prefixes.
+// top_p (nucleus): with the candidates in rank order (logit high first, ties by lower id) and
+// each weighing e = exp(logit - max), keeps the shortest prefix whose exact mass reaches p times
+// the total mass (rounded up), and at least min_keep candidates: the candidate that crosses p is
+// kept (inclusive). Masses are exact (exact_mass.hpp: e in units of 2^-48, summed in integers),
+// so the cut does not depend on an order of float additions; that is where it deliberately
+// differs from llama.cpp, which adds float probabilities in order. p >= 1 keeps everything,
+// p <= 0 the best candidate (and min_keep). The result is sorted; its p are not renormalized.
+// Over a whole vocabulary no candidate is sorted: one pass computes every weight and the total
+// mass, a few passes find the crossing token by rank (rank_select.hpp), and the set becomes the
+// prefix up to it (candidates::form::prefix), which dist draws from without a list. A list is
+// partially sorted in growing prefixes.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +18,7 @@
 
 #include "../candidates.hpp"
 #include "../parameters.hpp"
+#include "top_k.hpp"
 
 namespace qk::sampling {
 
@@ -34,21 +39,30 @@ public:
         if (p_ >= 1.0f) {
             return;
         }
-        if (c.whole_vocabulary()) {
-            apply_whole(c);
+        if (c.whole_vocabulary() || c.is_prefix()) {
+            apply_ranked(c);
             return;
         }
         auto& l = c.list();
-        c.compute_probabilities();
+        c.compute_probabilities(); // kept in the result, not renormalized
+        float max = detail::minus_infinity;
+        for (const auto& t : l) {
+            max = t.logit > max ? t.logit : max;
+        }
+        detail::mass_t total = 0;
+        for (const auto& t : l) {
+            total += detail::mass_of(detail::exp(t.logit - max));
+        }
+        const detail::mass_t target = p_ > 0.0f ? detail::mass_share(p_, total) : 0;
         if (c.sorted() || l.size() <= first_prefix) {
-            c.sort(); // keeps the probabilities
-            c.truncate(cut(l, l.size()));
+            c.sort();
+            c.truncate(cut(l, l.size(), max, target));
             return;
         }
         for (std::size_t m = first_prefix;; m *= 8) {
             const std::size_t prefix = std::min(m, l.size());
             std::partial_sort(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(prefix), l.end(), detail::ranks_before);
-            const std::size_t keep = cut(l, prefix);
+            const std::size_t keep = cut(l, prefix, max, target);
             if (keep < prefix || prefix == l.size()) {
                 l.resize(keep);
                 c.assign_list(true);
@@ -73,45 +87,76 @@ public:
 
 private:
     static constexpr std::size_t first_prefix = 256;
+    // exp(-34) is below 2^-48: logits further below the maximum weigh nothing.
+    static constexpr float weightless_below = 34.0f;
 
     // How many of the first `prefix` sorted candidates top_p keeps; `prefix` when the prefix does
-    // not reach p (then a longer one must be looked at, unless it is the whole set).
-    [[nodiscard]] std::size_t cut(const std::vector<token_data>& l, std::size_t prefix) const noexcept
+    // not reach the target (then a longer one must be looked at, unless it is the whole set).
+    [[nodiscard]] std::size_t cut(const std::vector<token_data>& l, std::size_t prefix, float max, detail::mass_t target) const noexcept
     {
-        float sum = 0.0f;
+        detail::mass_t sum = 0;
         for (std::size_t i = 0; i < prefix; ++i) {
-            sum = sum + l[i].p;
-            if (sum >= p_ && i + 1 >= min_keep_) {
+            sum += detail::mass_of(detail::exp(l[i].logit - max));
+            if (sum >= target && i + 1 >= min_keep_) {
                 return i + 1;
             }
         }
         return prefix;
     }
 
-    void apply_whole(candidates& c) const
+    // A whole vocabulary or a prefix of one: the new prefix ends at the crossing token.
+    void apply_ranked(candidates& c) const
     {
-        const float* x = c.vocabulary_logits();
         const auto n = static_cast<std::size_t>(c.vocab_size());
-        const float max = detail::max_logit<arch::vector_native>(x, n);
-        c.check_max(max);
-        auto& sums = c.chunk_sums();
-        sums.resize(detail::chunk_count(n));
-        const auto factor = static_cast<float>(1.0 / detail::exp_sums<arch::vector_native>(x, n, max, sums.data()));
-        auto& out = c.list_buffer();
-        for (std::size_t m = first_prefix;; m *= 8) {
-            const std::size_t prefix = std::min(m, n);
-            detail::top_k_scan<arch::vector_native>(x, n, prefix, out, [](std::size_t) { return false; });
-            // The same probabilities a softmax of the whole vocabulary gives these tokens.
-            for (auto& t : out) {
-                t.p = detail::exp(t.logit - max) * factor;
-            }
-            const std::size_t keep = cut(out, prefix);
-            if (keep < prefix || prefix == n) {
-                out.resize(keep);
-                c.assign_list(true);
-                return;
-            }
+        const float* x = nullptr;
+        const float* e = nullptr;
+        float max = detail::minus_infinity;
+        float lowest = detail::minus_infinity;
+        detail::mass_t total = 0;
+        detail::rank_bound bound = detail::everything;
+        if (c.is_prefix()) {
+            x = c.prefix_logits();
+            e = c.prefix_weights();
+            max = c.prefix_max();
+            lowest = c.prefix_lowest();
+            total = c.prefix_mass();
+            bound = c.prefix_bound();
+        } else {
+            x = c.vocabulary_logits();
+            max = detail::max_logit<arch::vector_native>(x, n);
+            c.check_max(max);
+            float* weights = c.weights_buffer();
+            total = detail::exp_mass<arch::vector_native>(x, n, max, weights, lowest);
+            lowest = std::max(lowest, max - weightless_below);
+            e = weights;
         }
+        detail::rank_position found;
+        if (p_ > 0.0f) {
+            found = detail::find_by_rank<arch::vector_native, false>(x, e, n, lowest, max, detail::mass_share(p_, total), bound, c.rank_scratch());
+        } else {
+            const std::size_t best = detail::find_value<arch::vector_native>(x, n, max);
+            found = {static_cast<std::int32_t>(best), max, detail::mass_of(1.0f)};
+        }
+        const detail::rank_bound cut_at{found.logit, found.id};
+        if (min_keep_ > 1 && detail::count_ranked<arch::vector_native>(x, n, cut_at) < min_keep_) {
+            // Rare (min_keep beyond the nucleus): the min_keep best, as a list.
+            if (c.is_prefix()) {
+                c.truncate(min_keep_); // list() sorts the prefix
+            } else {
+                if (min_keep_ < n) {
+                    detail::keep_top_k(c, min_keep_);
+                } else {
+                    c.sort(); // the min_keep best are all of them
+                }
+                // Probabilities over the whole vocabulary, as a prefix would list them.
+                const auto factor = static_cast<float>(0x1.0p48 / detail::to_double(total));
+                for (auto& t : c.list()) {
+                    t.p = e[static_cast<std::size_t>(t.id)] * factor;
+                }
+            }
+            return;
+        }
+        c.keep_prefix(cut_at, found.through, total, max, lowest);
     }
 
     float p_;

@@ -1,0 +1,170 @@
+// Exact probability mass over a whole vocabulary: each token's weight e = exp(logit - max) as an
+// integer number of 2^-48 units, summed in integers, so that a sum has one value whatever order
+// or vector width adds it. The selections of rank_select.hpp (top_p's cut, the draw over a sorted
+// set) compare such sums, so they never depend on which elements a search happened to add first.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "../kernels/arch.hpp"
+#include "deterministic_math.hpp"
+#include "vocabulary_scan.hpp"
+
+// g++ 12 warns, wrongly, that operands of the AVX-512 intrinsics inlined here may be used
+// uninitialized: GCC bug 105593, as in deterministic_math.hpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace qk::sampling::detail {
+
+// Wide enough for 2^31 weights of at most 2^48 units each.
+__extension__ using mass_t = unsigned __int128;
+
+// A weight in [0, 1] as floor(e * 2^48): two limbs of 24 bits, floor(e * 2^24) and the next 24
+// bits of the fraction, each of which a float holds and an int32 lane adds exactly. Weights below
+// 2^-48 count as 0 (next to the largest logit's weight of 1, a share below 4e-15).
+inline constexpr int mass_bits = 48;
+inline constexpr float limb_scale = 16777216.0f; // 2^24
+
+[[nodiscard]] inline std::uint64_t mass_of(float e) noexcept
+{
+    const float scaled = e * limb_scale; // exact: a power of two
+    const auto high = static_cast<std::uint32_t>(scaled);
+    const float fraction = scaled - static_cast<float>(high); // exact: the low bits of `scaled`
+    const auto low = static_cast<std::uint32_t>(fraction * limb_scale);
+    return (std::uint64_t{high} << 24) + low;
+}
+
+// ceil(p * total) for p in (0, 1), exactly: p is m 2^-s with an integer m below 2^24.
+[[nodiscard]] inline mass_t mass_share(float p, mass_t total) noexcept
+{
+    const auto bits = std::bit_cast<std::uint32_t>(p);
+    const std::uint32_t exponent = (bits >> 23) & 0xffu;
+    const std::uint32_t m = exponent == 0 ? (bits & 0x7fffffu) : ((bits & 0x7fffffu) | 0x800000u);
+    const int s = exponent == 0 ? 149 : 150 - static_cast<int>(exponent);
+    const mass_t product = mass_t{m} * total; // below 2^24 * 2^79
+    if (s >= 128) {
+        return product > 0 ? 1 : 0;
+    }
+    const mass_t q = product >> s;
+    return q + (((q << s) != product) ? 1 : 0);
+}
+
+// A mass as a double, correctly rounded (g++ and clang convert 128-bit integers so).
+[[nodiscard]] inline double to_double(mass_t m) noexcept
+{
+    return static_cast<double>(m);
+}
+
+// The draw's target for a uniform u in [0, 1): the running mass must exceed u * total (that
+// product rounded to a double), i.e. reach floor(u * total) + 1; at most `total`.
+[[nodiscard]] inline mass_t draw_target(double u, mass_t total) noexcept
+{
+    const double threshold = std::floor(u * to_double(total)); // below 2^80: an integer exactly
+    const double high = std::floor(threshold * 0x1.0p-64);
+    const mass_t whole = (mass_t{static_cast<std::uint64_t>(high)} << 64) + static_cast<std::uint64_t>(threshold - high * 0x1.0p64);
+    return whole + 1 < total ? whole + 1 : total;
+}
+
+// Lanes add at most this many limbs (each below 2^24 + 1) before they are flushed into 64-bit
+// totals, so an int32 lane stays below 2^31.
+inline constexpr std::size_t limb_adds_per_flush = 64;
+
+template <class Arch>
+using simd_float = xsimd::batch<float, arch::xsimd_of<Arch>>;
+template <class Arch>
+using simd_int = xsimd::batch<std::int32_t, arch::xsimd_of<Arch>>;
+
+// The two limbs of a vector of weights.
+template <class A>
+[[gnu::always_inline]] inline void limbs(const xsimd::batch<float, A>& e, xsimd::batch<std::int32_t, A>& high,
+                                         xsimd::batch<std::int32_t, A>& low) noexcept
+{
+    using V = xsimd::batch<float, A>;
+    const V scaled = e * V(limb_scale);
+    const V high_f = xsimd::floor(scaled);
+    high = xsimd::batch_cast<std::int32_t>(high_f);
+    low = xsimd::batch_cast<std::int32_t>(xsimd::floor((scaled - high_f) * V(limb_scale)));
+}
+
+// Adds int32 lanes into a 64-bit total.
+template <class A>
+inline void flush(xsimd::batch<std::int32_t, A>& lanes, std::uint64_t& total) noexcept
+{
+    alignas(64) std::int32_t stored[xsimd::batch<std::int32_t, A>::size];
+    lanes.store_aligned(stored);
+    for (const std::int32_t v : stored) {
+        total += static_cast<std::uint32_t>(v);
+    }
+    lanes = xsimd::batch<std::int32_t, A>(0);
+}
+
+// e[i] = exp(x[i] - max) for every i (stored when e is not null) and the total mass of the
+// weights; `lowest` becomes the smallest logit (NaN ignored, +inf when there is none). NaN logits
+// weigh 0.
+template <class Arch>
+[[nodiscard]] mass_t exp_mass(const float* x, std::size_t n, float max, float* e, float& lowest) noexcept
+{
+    mass_t total = 0;
+    lowest = std::numeric_limits<float>::infinity();
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        using I = simd_int<Arch>;
+        constexpr std::size_t w = V::size;
+        const V m(max);
+        V low_x(lowest);
+        std::uint64_t high_total = 0;
+        std::uint64_t low_total = 0;
+        while (i + w <= n) {
+            I high_lanes(0);
+            I low_lanes(0);
+            for (std::size_t a = 0; a < limb_adds_per_flush && i + w <= n; ++a, i += w) {
+                const V xi = V::load_unaligned(x + i);
+                low_x = xsimd::select(xi < low_x, xi, low_x);
+                const V v = exp(xi - m);
+                if (e != nullptr) {
+                    v.store_unaligned(e + i);
+                }
+                I high;
+                I low;
+                limbs(v, high, low);
+                high_lanes += high;
+                low_lanes += low;
+            }
+            flush(high_lanes, high_total);
+            flush(low_lanes, low_total);
+        }
+        total = (mass_t{high_total} << 24) + low_total;
+        alignas(64) float lanes[w];
+        low_x.store_aligned(lanes);
+        for (const float l : lanes) {
+            lowest = l < lowest ? l : lowest;
+        }
+    }
+    for (; i < n; ++i) {
+        lowest = x[i] < lowest ? x[i] : lowest;
+        const float v = exp(x[i] - max);
+        if (e != nullptr) {
+            e[i] = v;
+        }
+        total += mass_of(v);
+    }
+    return total;
+}
+
+} // namespace qk::sampling::detail
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

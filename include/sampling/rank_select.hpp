@@ -1,0 +1,342 @@
+// Selection by rank without sorting: the token at which the running mass (or count) of a whole
+// vocabulary, taken in rank order (logit high first, then id low first), first reaches a target.
+// top_p's cut, the draw over a sorted set and top_k's k-th token are such positions. A few SIMD
+// passes narrow a logit range eight ways at a time, then a handful of tokens is sorted.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "exact_mass.hpp"
+#include "token_data.hpp"
+#include "vocabulary_scan.hpp"
+
+// g++ 12 warns, wrongly, that operands of the AVX-512 intrinsics inlined here may be used
+// uninitialized: GCC bug 105593, as in deterministic_math.hpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace qk::sampling::detail {
+
+// The tokens ranking at or before a given one: logit above `logit`, or equal with id <= `id`.
+// `everything` admits every token whose logit is not NaN.
+struct rank_bound {
+    float logit = minus_infinity;
+    std::int32_t id = std::numeric_limits<std::int32_t>::max();
+};
+inline constexpr rank_bound everything{};
+
+// A token found by rank: `through` is the mass (or count) of every token ranking at or before it.
+struct rank_position {
+    std::int32_t id = -1;
+    float logit = minus_infinity;
+    mass_t through = 0;
+};
+
+// Some tokens of a vocabulary in id order, as parallel arrays (the first `count` entries; the
+// arrays keep their size, so gathering writes without a branch per token), with the range of
+// their logits.
+struct token_arrays {
+    std::vector<std::int32_t> id;
+    std::vector<float> logit;
+    std::vector<float> weight;
+    std::size_t count = 0;
+    float lowest = std::numeric_limits<float>::infinity();
+    float highest = minus_infinity;
+
+    // Empties the arrays, able to take n tokens.
+    void clear(std::size_t n)
+    {
+        if (id.size() < n) {
+            id.resize(n);
+            logit.resize(n);
+            weight.resize(n);
+        }
+        count = 0;
+        lowest = std::numeric_limits<float>::infinity();
+        highest = minus_infinity;
+    }
+};
+
+// Kept by a candidates object across steps for its capacity.
+struct rank_scratch {
+    token_arrays ranges[2];
+    std::vector<token_data> last;
+};
+
+inline constexpr std::size_t rank_splits = 7; // thresholds per pass: eight brackets
+
+// The mass (Unit: the count) of the tokens with logit >= threshold[j], for each j. NaN logits
+// and, unless Unit, zero weights add nothing.
+template <class Arch, bool Unit>
+void masses_above(const float* x, const float* e, std::size_t n, const std::array<float, rank_splits>& threshold,
+                  std::array<mass_t, rank_splits>& mass) noexcept
+{
+    std::array<std::uint64_t, rank_splits> high_total{};
+    std::array<std::uint64_t, rank_splits> low_total{};
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        using I = simd_int<Arch>;
+        constexpr std::size_t w = V::size;
+        std::array<V, rank_splits> t;
+        for (std::size_t j = 0; j < rank_splits; ++j) {
+            t[j] = V(threshold[j]);
+        }
+        while (i + w <= n) {
+            std::array<I, rank_splits> high_lanes;
+            std::array<I, rank_splits> low_lanes;
+            high_lanes.fill(I(0));
+            low_lanes.fill(I(0));
+            for (std::size_t a = 0; a < limb_adds_per_flush && i + w <= n; ++a, i += w) {
+                const V v = V::load_unaligned(x + i);
+                I high(1);
+                I low(0);
+                if constexpr (!Unit) {
+                    limbs(V::load_unaligned(e + i), high, low);
+                }
+                // Selected as float bit patterns: xsimd has no cast of a float mask to an int one.
+                const V high_bits = xsimd::bitwise_cast<V>(high);
+                const V low_bits = xsimd::bitwise_cast<V>(low);
+                for (std::size_t j = 0; j < rank_splits; ++j) {
+                    const auto in = v >= t[j];
+                    high_lanes[j] += xsimd::bitwise_cast<I>(xsimd::select(in, high_bits, V(0.0f)));
+                    if constexpr (!Unit) {
+                        low_lanes[j] += xsimd::bitwise_cast<I>(xsimd::select(in, low_bits, V(0.0f)));
+                    }
+                }
+            }
+            for (std::size_t j = 0; j < rank_splits; ++j) {
+                flush(high_lanes[j], high_total[j]);
+                if constexpr (!Unit) {
+                    flush(low_lanes[j], low_total[j]);
+                }
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        const std::uint64_t m = Unit ? 1 : mass_of(e[i]);
+        for (std::size_t j = 0; j < rank_splits; ++j) {
+            if (x[i] >= threshold[j]) {
+                if constexpr (Unit) {
+                    high_total[j] += 1;
+                } else {
+                    low_total[j] += m; // the sum of whole masses equals the sum of their limbs
+                }
+            }
+        }
+    }
+    for (std::size_t j = 0; j < rank_splits; ++j) {
+        mass[j] = Unit ? mass_t{high_total[j]} : (mass_t{high_total[j]} << 24) + low_total[j];
+    }
+}
+
+// Appends the tokens with low <= logit < high that rank at or before `bound` to `out` (cleared
+// for n tokens). ids == nullptr: token i is x[i].
+template <class Arch>
+void gather_range(const float* x, const float* e, const std::int32_t* ids, std::size_t n, float low, float high, rank_bound bound,
+                  token_arrays& out)
+{
+    std::int32_t* __restrict out_id = out.id.data();
+    float* __restrict out_logit = out.logit.data();
+    float* __restrict out_weight = out.weight.data();
+    std::size_t k = 0;
+    // Token i is written at k, which moves on only when it is in range: no branch per token.
+    const auto take = [=, &k](std::size_t from, std::size_t to) {
+        for (std::size_t i = from; i < to; ++i) {
+            const float v = x[i];
+            const std::int32_t id = ids == nullptr ? static_cast<std::int32_t>(i) : ids[i];
+            out_id[k] = id;
+            out_logit[k] = v;
+            out_weight[k] = e == nullptr ? 1.0f : e[i];
+            k += static_cast<std::size_t>(v >= low) & static_cast<std::size_t>(v < high) &
+                 static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
+        }
+    };
+    std::size_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // AVX-512 compresses the tokens in range of 16 at a time; the tie beyond the bound is
+        // left out of the mask the same way the scalar loop leaves it out.
+        const __m512 lo = _mm512_set1_ps(low);
+        const __m512 hi = _mm512_set1_ps(high);
+        const __m512 tie = _mm512_set1_ps(bound.logit);
+        const __m512i tie_id = _mm512_set1_epi32(bound.id);
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512 one = _mm512_set1_ps(1.0f);
+        for (; i + 16 <= n; i += 16) {
+            const __m512 v = _mm512_loadu_ps(x + i);
+            __mmask16 in = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(v, hi, _CMP_LT_OQ);
+            if (in == 0) {
+                continue;
+            }
+            const __m512i id = ids == nullptr ? _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(i)))
+                                              : _mm512_loadu_si512(ids + i);
+            in &= static_cast<__mmask16>(~(_mm512_cmp_ps_mask(v, tie, _CMP_EQ_OQ) & _mm512_cmpgt_epi32_mask(id, tie_id)));
+            const __m512 weight = e == nullptr ? one : _mm512_loadu_ps(e + i);
+            _mm512_storeu_si512(out_id + k, _mm512_maskz_compress_epi32(in, id));
+            _mm512_storeu_ps(out_logit + k, _mm512_maskz_compress_ps(in, v));
+            _mm512_storeu_ps(out_weight + k, _mm512_maskz_compress_ps(in, weight));
+            k += static_cast<std::size_t>(__builtin_popcount(in));
+        }
+    }
+#endif
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        constexpr std::size_t w = V::size;
+        const V lo(low);
+        const V hi(high);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            if (xsimd::any((v >= lo) && (v < hi))) {
+                take(i, i + w);
+            }
+        }
+    }
+    take(i, n);
+    out.count = k;
+    float lowest = std::numeric_limits<float>::infinity();
+    float highest = minus_infinity;
+    for (std::size_t j = 0; j < k; ++j) {
+        lowest = out_logit[j] < lowest ? out_logit[j] : lowest;
+        highest = out_logit[j] > highest ? out_logit[j] : highest;
+    }
+    out.lowest = lowest;
+    out.highest = highest;
+}
+
+// How many tokens of x[0 .. n) rank at or before `bound`.
+template <class Arch>
+[[nodiscard]] std::size_t count_ranked(const float* x, std::size_t n, rank_bound bound) noexcept
+{
+    std::size_t count = 0;
+    std::size_t i = 0;
+    const auto one = [&](std::size_t j) {
+        count += (x[j] > bound.logit || (x[j] == bound.logit && static_cast<std::int32_t>(j) <= bound.id)) ? 1 : 0;
+    };
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        using I = simd_int<Arch>;
+        constexpr std::size_t w = V::size;
+        const V b(bound.logit);
+        I lanes(0);
+        std::uint64_t total = 0;
+        while (i + w <= n) {
+            for (std::size_t a = 0; a < limb_adds_per_flush && i + w <= n; ++a, i += w) {
+                const V v = V::load_unaligned(x + i);
+                if (xsimd::any(v == b)) {
+                    for (std::size_t j = i; j < i + w; ++j) {
+                        one(j);
+                    }
+                } else {
+                    lanes += xsimd::bitwise_cast<I>(xsimd::select(v > b, xsimd::bitwise_cast<V>(I(1)), V(0.0f)));
+                }
+            }
+            flush(lanes, total);
+        }
+        count += total;
+    }
+    for (; i < n; ++i) {
+        one(i);
+    }
+    return count;
+}
+
+// The token at which the running mass of the tokens ranking at or before `bound` first reaches
+// `target` (at least 1 and at most their total mass), in rank order. x and e (e[i] the weight of
+// x[i], exp(x[i] - max); null when Unit, where every token weighs 1 and the mass is a count) cover
+// the whole vocabulary; tokens below `lowest` must weigh nothing (Unit: there must be none).
+// Each pass over the tokens still in range measures the mass above seven thresholds spread over
+// their logits, keeps the bracket the target falls in and gathers its tokens; once at most 64
+// remain, or all have one logit, they are sorted and walked.
+template <class Arch, bool Unit>
+[[nodiscard]] rank_position find_by_rank(const float* x, const float* e, std::size_t n, float lowest, float highest,
+                                         mass_t target, rank_bound bound, rank_scratch& scratch)
+{
+    constexpr std::size_t few = 64;
+    lowest = std::max(lowest, bound.logit);
+    mass_t before = 0; // the mass of the tokens ranking above the current range
+    float high = std::numeric_limits<float>::infinity();
+    // Pass 0 reads the vocabulary itself; later passes the gathered tokens.
+    const float* rx = x;
+    const float* re = e;
+    const std::int32_t* rid = nullptr;
+    std::size_t count = n;
+    float range_low = lowest;
+    float range_high = highest;
+    token_arrays* current = nullptr;
+    int next = 0;
+    bool whole = true;
+    while (whole || (count > few && range_low < range_high)) {
+        std::array<float, rank_splits> threshold;
+        const float step = (range_high - range_low) / static_cast<float>(rank_splits + 1);
+        for (std::size_t j = 0; j < rank_splits; ++j) {
+            // Descending, all above range_low: the bracket below the last holds the lowest token.
+            threshold[j] = std::max(range_high - step * static_cast<float>(j + 1), range_low);
+            if (threshold[j] <= range_low) {
+                threshold[j] = std::nextafter(range_low, std::numeric_limits<float>::infinity());
+            }
+        }
+        std::array<mass_t, rank_splits> mass;
+        masses_above<Arch, Unit>(rx, re, count, threshold, mass);
+        // Tokens ranking above the range are not in it after pass 0, and in pass 0 the first
+        // bracket reaches up to +inf, so `before + mass[j]` is the running mass down to threshold j.
+        std::size_t j = 0;
+        while (j < rank_splits && before + mass[j] < target) {
+            ++j;
+        }
+        const float new_high = j == 0 ? high : threshold[j - 1];
+        const float new_low = j == rank_splits ? lowest : threshold[j];
+        if (j > 0) {
+            before += mass[j - 1];
+        }
+        token_arrays& out = scratch.ranges[next];
+        next ^= 1;
+        out.clear(count); // the gather writes token i at an index <= i
+        gather_range<Arch>(rx, Unit ? nullptr : re, rid, count, new_low, new_high, bound, out);
+        high = new_high;
+        lowest = new_low;
+        current = &out;
+        rx = out.logit.data();
+        re = out.weight.data();
+        rid = out.id.data();
+        count = out.count;
+        range_low = out.lowest;
+        range_high = out.highest;
+        whole = false;
+    }
+    auto& last = scratch.last;
+    last.clear();
+    for (std::size_t i = 0; i < count; ++i) {
+        last.push_back({current->id[i], current->logit[i], current->weight[i]});
+    }
+    if (range_low < range_high) {
+        std::sort(last.begin(), last.end(), ranks_before);
+    }
+    rank_position found;
+    for (const auto& t : last) {
+        before += Unit ? 1 : mass_of(t.p);
+        found = {t.id, t.logit, before};
+        if (before >= target) {
+            break;
+        }
+    }
+    return found;
+}
+
+} // namespace qk::sampling::detail
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -1,0 +1,240 @@
+// Exact masses and selection by rank (exact_mass.hpp, rank_select.hpp) against their definitions
+// written out independently here: floor(e 2^48) in double, ceil(p total) from frexp, positions
+// from a full sort and walk, and top_p followed by dist over a whole vocabulary against a sorted
+// walk of exact masses.
+#include <doctest/doctest.h>
+
+#include <sampling/sampling.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sampling_reference.hpp"
+
+namespace {
+
+using namespace qk_test::sampling;
+namespace sd = qk::sampling::detail;
+
+std::vector<float> vocabulary(std::size_t n, std::uint32_t seed, int kind)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, kind == 0 ? 1.0f : 3.0f);
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        x[i] = normal(rng);
+        if (kind == 2 && i % 3 == 0) {
+            x[i] = std::round(x[i]); // ties
+        }
+        if (kind == 3 && i % 9 == 0) {
+            x[i] = i % 2 == 0 ? -inf : nan_value;
+        }
+    }
+    if (kind == 4) {
+        for (int h = 0; h < 4; ++h) {
+            x[rng() % n] = 14.0f + static_cast<float>(h); // a peaky head
+        }
+    }
+    return x;
+}
+
+// The position by a full sort: the first token in rank order among those ranking at or before
+// `bound` whose running mass reaches target (unit: every token weighs 1).
+std::pair<std::int32_t, mass_ref> position_ref(const std::vector<float>& x, float max, mass_ref target, sd::rank_bound bound, bool unit)
+{
+    std::vector<token_data> l;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const float v = norm(x[i]);
+        if (x[i] == x[i] && (v > bound.logit || (v == bound.logit && static_cast<std::int32_t>(i) <= bound.id))) {
+            l.push_back({static_cast<std::int32_t>(i), v, 0.0f});
+        }
+    }
+    std::sort(l.begin(), l.end(), ranks_first);
+    mass_ref running = 0;
+    for (const auto& t : l) {
+        running += unit ? 1 : mass_of_ref(d_exp(t.logit - max));
+        if (running >= target) {
+            return {t.id, running};
+        }
+    }
+    return {-1, running};
+}
+
+} // namespace
+
+TEST_CASE("exact mass: each weight is floor(e 2^48)")
+{
+    std::vector<float> weights = {0.0f, 1.0f, 0x1.0p-48f, 0x1.0p-49f, 0x1.fffffep-49f, 0x1.000002p-48f, 0x1.fffffep-1f, 0x1.0p-24f,
+                                  0x1.0p-126f, std::numeric_limits<float>::denorm_min()};
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    for (int i = 0; i < 200000; ++i) {
+        weights.push_back(unit(rng));
+        weights.push_back(std::ldexp(unit(rng), -static_cast<int>(rng() % 60)));
+    }
+    for (std::uint32_t bits = std::bit_cast<std::uint32_t>(0.5f); bits < std::bit_cast<std::uint32_t>(1.0f); bits += 997) {
+        weights.push_back(std::bit_cast<float>(bits));
+    }
+    std::size_t wrong = 0;
+    for (const float e : weights) {
+        if (sd::mass_of(e) != mass_of_ref(e)) {
+            ++wrong;
+            CAPTURE(e);
+            CHECK(sd::mass_of(e) == mass_of_ref(e));
+        }
+    }
+    CHECK(wrong == 0);
+    CHECK(sd::mass_of(1.0f) == (std::uint64_t{1} << 48));
+    CHECK(sd::mass_of(0x1.0p-49f) == 0);
+}
+
+TEST_CASE("exact mass: a share of a total is ceil(p total), and the draw's target exceeds u total")
+{
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    for (int i = 0; i < 20000; ++i) {
+        float p = unit(rng);
+        if (i % 5 == 1) {
+            p = std::ldexp(p, -static_cast<int>(rng() % 140)); // tiny and subnormal shares too
+        }
+        if (!(p > 0.0f) || p >= 1.0f) {
+            continue;
+        }
+        const mass_ref total = (mass_ref{rng() >> (rng() % 64)} << (rng() % 17)) + 1;
+        const mass_ref got = sd::mass_share(p, total);
+        CAPTURE(p);
+        REQUIRE(got == share_ref(p, total));
+        // The defining inequality, where p = m / 2^s and m total fit 128 bits with room.
+        int ex = 0;
+        const auto m = static_cast<std::uint64_t>(std::ldexp(std::frexp(static_cast<double>(p), &ex), 24));
+        const int s = 24 - ex;
+        if (s <= 40 && total < (mass_ref{1} << 80)) {
+            const mass_ref product = mass_ref{m} * total;
+            CHECK(product <= got << s);
+            CHECK(((got - 1) << s) < product);
+        }
+    }
+    for (int i = 0; i < 20000; ++i) {
+        const mass_ref total = (rng() >> (rng() % 64)) + 1; // below 2^64: exact in long double
+        const double u = qk::sampling::to_unit_interval(rng());
+        const mass_ref target = sd::draw_target(u, total);
+        const double product = u * static_cast<double>(total);
+        CAPTURE(u);
+        CHECK(target >= 1);
+        CHECK(target <= total);
+        if (target < total) {
+            // The first running mass above the product, which rounding made a double.
+            CHECK(static_cast<long double>(target - 1) <= static_cast<long double>(product));
+            CHECK(static_cast<long double>(product) < static_cast<long double>(target));
+        }
+    }
+}
+
+TEST_CASE("rank selection: the token a full sort and walk of exact masses finds")
+{
+    std::uint32_t seed = 21;
+    for (const int kind : {0, 1, 2, 3, 4}) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{17}, std::size_t{300}, std::size_t{5000}, std::size_t{70000}}) {
+            const auto x = vocabulary(n, seed++, kind);
+            const float max = sd::max_logit<qk::arch::generic>(x.data(), n);
+            if (!(max > -inf)) {
+                continue;
+            }
+            std::vector<float> e(n);
+            float lowest = 0.0f;
+            const sd::mass_t total = sd::exp_mass<qk::arch::vector_native>(x.data(), n, max, e.data(), lowest);
+            mass_ref total_ref = 0;
+            for (const float v : x) {
+                total_ref += mass_of_ref(d_exp(v - max));
+            }
+            CAPTURE(kind);
+            CAPTURE(n);
+            REQUIRE(total == total_ref);
+            const float from = std::max(lowest, max - 34.0f);
+            sd::rank_scratch scratch;
+            std::mt19937_64 rng(seed);
+            for (int k = 0; k < 24; ++k) {
+                const mass_ref target = k == 0 ? 1 : k == 1 ? total : 1 + rng() % static_cast<std::uint64_t>(total);
+                const auto got = sd::find_by_rank<qk::arch::vector_native, false>(x.data(), e.data(), n, from, max, target, sd::everything, scratch);
+                const auto want = position_ref(x, max, target, sd::everything, false);
+                CAPTURE(static_cast<double>(target));
+                CHECK(got.id == want.first);
+                CHECK(got.through == want.second);
+                // The same within the prefix that ends at that token.
+                const sd::rank_bound bound{got.logit, got.id};
+                const mass_ref inner = 1 + rng() % static_cast<std::uint64_t>(got.through);
+                const auto got_inner = sd::find_by_rank<qk::arch::vector_native, false>(x.data(), e.data(), n, from, max, inner, bound, scratch);
+                const auto want_inner = position_ref(x, max, inner, bound, false);
+                CHECK(got_inner.id == want_inner.first);
+                CHECK(got_inner.through == want_inner.second);
+                std::size_t count_ref = 0;
+                for (std::size_t i = 0; i < n; ++i) {
+                    count_ref += norm(x[i]) > bound.logit || (x[i] == bound.logit && static_cast<std::int32_t>(i) <= bound.id) ? 1 : 0;
+                }
+                CHECK(sd::count_ranked<qk::arch::vector_native>(x.data(), n, bound) == count_ref);
+            }
+            if (kind != 3) { // counting needs every token at or above `lowest`
+                for (const std::size_t k : {std::size_t{1}, (n + 1) / 2, n}) {
+                    const auto got = sd::find_by_rank<qk::arch::vector_native, true>(x.data(), nullptr, n, lowest, max, k, sd::everything, scratch);
+                    const auto want = position_ref(x, max, k, sd::everything, true);
+                    CHECK(got.id == want.first);
+                    CHECK(got.through == want.second);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("top_p then dist over a whole vocabulary: the token a sorted walk of exact masses draws")
+{
+    std::uint32_t seed = 77;
+    for (const int kind : {0, 1, 2, 3, 4}) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{40}, std::size_t{3000}, std::size_t{60000}}) {
+            const auto x = vocabulary(n, seed++, kind);
+            if (!(sd::max_logit<qk::arch::generic>(x.data(), n) > -inf)) {
+                continue;
+            }
+            for (const float p : {0.0f, 0.3f, 0.9f, 0.95f, 0.999f}) {
+                const set_ref kept = ref_top_p(whole_ref(x), p, 1);
+                float max = -inf;
+                for (const float v : x) {
+                    max = norm(v) > max ? norm(v) : max;
+                }
+                mass_ref kept_mass = 0;
+                for (const auto& t : kept.items) {
+                    kept_mass += mass_of_ref(d_exp(t.logit - max));
+                }
+                const std::uint64_t dist_seed = seed * 31 + 7;
+                auto chain = qk::sampling::chain::parse("top_p(p=" + std::to_string(p) + ");dist(seed=" + std::to_string(dist_seed) + ")");
+                qk::sampling::random_source uniforms(dist_seed, qk::sampling::stream::dist);
+                CAPTURE(kind);
+                CAPTURE(n);
+                CAPTURE(p);
+                for (int step = 0; step < 8; ++step) {
+                    const double u = uniforms.uniform();
+                    const double product = u * static_cast<double>(kept_mass);
+                    mass_ref running = 0;
+                    std::int32_t want = -1;
+                    for (const auto& t : kept.items) {
+                        running += mass_of_ref(d_exp(t.logit - max));
+                        if (static_cast<long double>(running) > static_cast<long double>(product)) {
+                            want = t.id;
+                            break;
+                        }
+                    }
+                    if (want < 0) {
+                        want = kept.items.back().id; // rounding left the product at the total
+                    }
+                    CHECK(chain.sample(x) == want);
+                }
+                CHECK(chain.final_candidates().size() == kept.items.size());
+            }
+        }
+    }
+}
