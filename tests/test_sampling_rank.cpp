@@ -238,3 +238,35 @@ TEST_CASE("top_p then dist over a whole vocabulary: the token a sorted walk of e
         }
     }
 }
+
+TEST_CASE("sort_by_rank: the order of a comparison sort by (logit high first, id low first)")
+{
+    std::mt19937 rng(3);
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{256}, std::size_t{257}, std::size_t{4096}, std::size_t{50000}}) {
+        for (int kind = 0; kind < 3; ++kind) {
+            std::vector<token_data> l;
+            std::normal_distribution<float> normal(0.0f, kind == 0 ? 1.0f : 1e-30f);
+            for (std::size_t i = 0; i < n; ++i) {
+                float v = normal(rng);
+                const unsigned r = rng() % 10;
+                v = r == 0 ? -inf : r == 1 ? 0.0f : r == 2 && kind == 1 ? -0.0f : r == 3 ? std::round(v) : v;
+                if (kind == 2) {
+                    v = static_cast<float>(rng() % 3) - 1.0f; // mostly ties
+                }
+                l.push_back({static_cast<std::int32_t>(i * 7 + rng() % 7), v, 0.0f});
+            }
+            auto want = l;
+            std::sort(want.begin(), want.end(), ranks_first);
+            std::vector<std::uint64_t> keys;
+            sd::sort_by_rank(l, keys);
+            CAPTURE(n);
+            CAPTURE(kind);
+            REQUIRE(l.size() == want.size());
+            bool same = true;
+            for (std::size_t i = 0; i < n; ++i) {
+                same = same && l[i].id == want[i].id && same_bits(l[i].logit, want[i].logit);
+            }
+            CHECK(same);
+        }
+    }
+}

@@ -282,7 +282,7 @@ TEST_CASE("top_k: patched logits enter and leave the top of a view")
                 chosen[id(rng)] = values[static_cast<std::size_t>(i) % 6];
             }
             const std::vector<std::pair<std::int32_t, float>> biases(chosen.begin(), chosen.end());
-            for (const std::int32_t k : {1, 5, 17, 200}) {
+            for (const std::int32_t k : {1, 5, 17, 200, 300, 999}) {
                 CAPTURE(n);
                 CAPTURE(k);
                 qs::candidates c;

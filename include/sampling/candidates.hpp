@@ -160,7 +160,7 @@ public:
             list_.clear();
             detail::filter_at_least<arch::vector_native>(x, static_cast<std::size_t>(vocab_), bound_.logit, list_);
             std::erase_if(list_, [this](const token_data& t) { return t.logit == bound_.logit && t.id > bound_.id; });
-            std::sort(list_.begin(), list_.end(), detail::ranks_before);
+            detail::sort_by_rank(list_, sort_keys_);
             // Each keeps its probability in the whole vocabulary, from the exact total mass.
             const auto factor = static_cast<float>(0x1.0p48 / detail::to_double(vocabulary_mass_));
             for (auto& t : list_) {
@@ -307,6 +307,7 @@ public:
     [[nodiscard]] float prefix_max() const noexcept { return max_; }
     [[nodiscard]] float prefix_lowest() const noexcept { return lowest_; }
     [[nodiscard]] detail::rank_scratch& rank_scratch() noexcept { return rank_scratch_; }
+    [[nodiscard]] std::vector<std::uint64_t>& sort_keys() noexcept { return sort_keys_; }
 
 private:
     void require_whole(const char* what) const
@@ -339,6 +340,7 @@ private:
     std::vector<float> chunk_sums_;
     std::vector<float> weights_;
     detail::rank_scratch rank_scratch_;
+    std::vector<std::uint64_t> sort_keys_;
     detail::rank_bound bound_;
     detail::mass_t prefix_mass_ = 0;
     detail::mass_t vocabulary_mass_ = 1;

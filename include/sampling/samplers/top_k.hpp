@@ -1,10 +1,13 @@
 // top_k: keeps the k candidates with the largest logits (ties: lower id first), sorted; k <= 0,
-// or k at least the set's size, keeps everything. Over a whole vocabulary it is one SIMD pass
-// against the k-th best seen so far (a heap of k), so no sort of the vocabulary ever happens.
+// or k at least the set's size, keeps everything. Over a whole vocabulary, for k up to 256, it is
+// one SIMD pass against the k-th best seen so far (a heap of k); for larger k (of finite logits)
+// the k-th token is found by counting by rank (rank_select.hpp) and only the k kept are sorted.
+// No sort of the vocabulary ever happens.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,9 +18,87 @@ namespace qk::sampling {
 
 namespace detail {
 
+// Above this k a whole vocabulary is cut by rank (rank_select.hpp): the heap of the k best seen
+// so far would take k log k work for each of the many tokens that still beat its worst.
+inline constexpr std::size_t heap_top_k_limit = 256;
+
+// (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The smallest and largest logit; false when a logit is NaN or -inf (then counting by rank, which
+// needs every token within a finite range, does not apply).
+template <class Arch>
+[[nodiscard]] bool finite_range(const float* x, std::size_t n, float& lowest, float& highest) noexcept
+{
+    float lo = std::numeric_limits<float>::infinity();
+    float hi = minus_infinity;
+    bool ok = true;
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        V low(lo);
+        V high(hi);
+        auto bad = V(0.0f) != V(0.0f);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
+            low = xsimd::min(low, v);
+            high = xsimd::max(high, v);
+        }
+        ok = !xsimd::any(bad);
+        alignas(64) float l[w];
+        alignas(64) float h[w];
+        low.store_aligned(l);
+        high.store_aligned(h);
+        for (std::size_t j = 0; j < w; ++j) {
+            lo = l[j] < lo ? l[j] : lo;
+            hi = h[j] > hi ? h[j] : hi;
+        }
+    }
+    for (; i < n; ++i) {
+        ok = ok && x[i] > minus_infinity;
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    lowest = lo;
+    highest = hi;
+    return ok;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The k best of a whole vocabulary of finite logits, sorted, by rank: the k-th token from
+// find_by_rank counting tokens, then the tokens ranking at or before it, sorted.
+inline bool keep_top_k_by_rank(candidates& c, std::size_t k)
+{
+    const float* x = c.vocabulary_logits();
+    const auto n = static_cast<std::size_t>(c.vocab_size());
+    float lowest = 0.0f;
+    float highest = 0.0f;
+    if (!finite_range<arch::vector_native>(x, n, lowest, highest)) {
+        return false;
+    }
+    const rank_position kth = find_by_rank<arch::vector_native, true>(x, nullptr, n, lowest, highest, k, everything, c.rank_scratch());
+    auto& out = c.list_buffer();
+    out.clear();
+    filter_at_least<arch::vector_native>(x, n, kth.logit, out);
+    std::erase_if(out, [&kth](const token_data& t) { return t.logit == kth.logit && t.id > kth.id; });
+    sort_by_rank(out, c.sort_keys());
+    c.assign_list(true);
+    return true;
+}
+
 // Makes the candidates the k best, sorted (k >= 1 and less than the set's size).
 inline void keep_top_k(candidates& c, std::size_t k)
 {
+    if (c.whole_vocabulary() && k > heap_top_k_limit && keep_top_k_by_rank(c, k)) {
+        return;
+    }
     if (c.whole_vocabulary()) {
         auto& out = c.list_buffer();
         const auto n = static_cast<std::size_t>(c.vocab_size());
