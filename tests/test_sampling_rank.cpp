@@ -270,3 +270,65 @@ TEST_CASE("sort_by_rank: the order of a comparison sort by (logit high first, id
         }
     }
 }
+
+TEST_CASE("min_p then dist over a whole vocabulary: a walk of exact masses in id order over a floor, the list draw otherwise")
+{
+    std::uint32_t seed = 501;
+    for (const int kind : {0, 1, 2, 3, 4}) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{40}, std::size_t{1024}, std::size_t{3001}, std::size_t{60000}}) {
+            const auto x = vocabulary(n, seed++, kind);
+            float max = -inf;
+            for (const float v : x) {
+                max = norm(v) > max ? norm(v) : max;
+            }
+            if (!(max > -inf)) {
+                continue;
+            }
+            for (const float p : {0.001f, 0.02f, 0.3f, 1.0f}) {
+                const float threshold = max + d_log(p);
+                std::vector<std::int32_t> kept;
+                mass_ref kept_mass = 0;
+                for (std::size_t i = 0; i < n; ++i) {
+                    if (x[i] >= threshold) {
+                        kept.push_back(static_cast<std::int32_t>(i));
+                        kept_mass += mass_of_ref(d_exp(x[i] - max));
+                    }
+                }
+                const std::uint64_t dist_seed = seed * 13 + 5;
+                auto chain = qk::sampling::chain::parse("min_p(p=" + std::to_string(p) + ");dist(seed=" + std::to_string(dist_seed) + ")");
+                qk::sampling::random_source uniforms(dist_seed, qk::sampling::stream::dist);
+                CAPTURE(kind);
+                CAPTURE(n);
+                CAPTURE(p);
+                // min_p's header: a floor when more than 1/32 of the vocabulary passes, else a list.
+                const bool floor = kept.size() * 32 > n;
+                std::vector<token_data> list;
+                for (const std::int32_t id : kept) {
+                    list.push_back({id, x[static_cast<std::size_t>(id)], 0.0f});
+                }
+                softmax_list(list);
+                CAPTURE(floor);
+                for (int step = 0; step < 8; ++step) {
+                    const double u = uniforms.uniform();
+                    const double product = u * static_cast<double>(kept_mass);
+                    mass_ref running = 0;
+                    std::int32_t want = kept.back(); // where rounding left the product at the total
+                    for (const std::int32_t id : kept) {
+                        running += mass_of_ref(d_exp(x[static_cast<std::size_t>(id)] - max));
+                        if (static_cast<long double>(running) > static_cast<long double>(product)) {
+                            want = id;
+                            break;
+                        }
+                    }
+                    if (!floor) {
+                        want = list[list_draw(list, u)].id;
+                    }
+                    CHECK(chain.sample(x) == want);
+                }
+                const auto final_set = chain.final_candidates();
+                REQUIRE(final_set.size() == kept.size());
+                CHECK(std::equal(final_set.begin(), final_set.end(), kept.begin(), [](const token_data& t, std::int32_t id) { return t.id == id; }));
+            }
+        }
+    }
+}

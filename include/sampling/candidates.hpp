@@ -32,7 +32,7 @@ namespace detail {
 
 } // namespace detail
 
-// Four forms, each a complete description of the set:
+// Five forms, each a complete description of the set:
 //  - view: every token of the vocabulary, its logit read from the caller's span, except for a few
 //    tokens whose logits a sampler changed (penalties, biases: `patches`, sorted by id);
 //  - dense: every token, logits in an owned copy (when a sampler changes all of them);
@@ -43,11 +43,14 @@ namespace detail {
 //    vocabulary, held as that token, the vocabulary's weights exp(logit - max) and their exact
 //    mass (exact_mass.hpp) instead of a list of thousands. list() sorts it out when a sampler
 //    needs one, each p the token's weight times float(1 / the vocabulary's exact mass); top_p,
-//    dist and greedy work on it directly.
+//    dist and greedy work on it directly;
+//  - floor: the tokens of the vocabulary (view without patches, or dense) whose logit is at least
+//    a threshold, in id order: what min_p leaves of a whole vocabulary, held as the threshold.
+//    list() filters it out (p 0) when a sampler needs one; dist and greedy work on it directly.
 // NaN logits count as -inf throughout; a list never holds NaN.
 class candidates {
 public:
-    enum class form : std::uint8_t { view, dense, list, prefix };
+    enum class form : std::uint8_t { view, dense, list, prefix, floor };
 
     candidates() = default;
 
@@ -77,7 +80,7 @@ public:
     [[nodiscard]] std::int32_t vocab_size() const noexcept { return vocab_; }
     [[nodiscard]] std::size_t size() const noexcept
     {
-        if (form_ == form::prefix) {
+        if (form_ == form::prefix || form_ == form::floor) {
             if (prefix_size_ == unknown_size) {
                 prefix_size_ = detail::count_ranked<arch::vector_native>(prefix_logits(), static_cast<std::size_t>(vocab_), bound_);
             }
@@ -120,7 +123,7 @@ public:
 
     [[nodiscard]] float logit(std::int32_t id) const
     {
-        if (form_ == form::dense || form_ == form::prefix) {
+        if (form_ == form::dense || form_ == form::prefix || form_ == form::floor) {
             return form_ == form::dense ? dense_[static_cast<std::size_t>(id)] : prefix_logits()[id];
         }
         const auto it = find_patch(id);
@@ -155,6 +158,13 @@ public:
     // into one (sorted) if needed.
     [[nodiscard]] std::vector<token_data>& list()
     {
+        if (form_ == form::floor) {
+            list_.clear();
+            detail::filter_at_least<arch::vector_native>(prefix_logits(), static_cast<std::size_t>(vocab_), bound_.logit, list_);
+            form_ = form::list;
+            sorted_ = false;
+            has_probabilities_ = false;
+        }
         if (form_ == form::prefix) {
             const float* x = prefix_logits();
             list_.clear();
@@ -300,6 +310,23 @@ public:
         has_probabilities_ = false;
     }
     [[nodiscard]] bool is_prefix() const noexcept { return form_ == form::prefix; }
+
+    // Makes the set the tokens of the current whole vocabulary whose logit is at least
+    // `threshold` (at most `max`, the largest logit), in id order.
+    void keep_at_least(float threshold, float max)
+    {
+        require_whole("keep_at_least()");
+        prefix_over_dense_ = form_ == form::dense;
+        form_ = form::floor;
+        bound_ = {threshold, std::numeric_limits<std::int32_t>::max()};
+        max_ = max;
+        prefix_size_ = unknown_size;
+        sorted_ = false;
+        has_probabilities_ = false;
+    }
+    [[nodiscard]] bool is_floor() const noexcept { return form_ == form::floor; }
+    [[nodiscard]] float floor_threshold() const noexcept { return bound_.logit; }
+    [[nodiscard]] std::vector<std::uint64_t>& chunk_masses() noexcept { return chunk_masses_; }
     [[nodiscard]] const float* prefix_logits() const noexcept { return prefix_over_dense_ ? dense_.data() : base_; }
     [[nodiscard]] const float* prefix_weights() const noexcept { return weights_.data(); }
     [[nodiscard]] detail::rank_bound prefix_bound() const noexcept { return bound_; }
@@ -313,7 +340,7 @@ private:
     void require_whole(const char* what) const
     {
         if (!whole_vocabulary()) {
-            qk::detail::fail("qk::sampling::candidates::", what, ": the set is ", form_ == form::list ? "a list of " : "a prefix of ", size(),
+            qk::detail::fail("qk::sampling::candidates::", what, ": the set is ", form_ == form::list ? "a list of " : "a part of ", size(),
                              " candidates, not a whole vocabulary");
         }
     }
@@ -341,6 +368,7 @@ private:
     std::vector<float> weights_;
     detail::rank_scratch rank_scratch_;
     std::vector<std::uint64_t> sort_keys_;
+    std::vector<std::uint64_t> chunk_masses_;
     detail::rank_bound bound_;
     detail::mass_t prefix_mass_ = 0;
     detail::mass_t vocabulary_mass_ = 1;

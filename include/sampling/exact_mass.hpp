@@ -4,6 +4,7 @@
 // set) compare such sums, so they never depend on which elements a search happened to add first.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -159,6 +160,50 @@ template <class Arch>
             e[i] = v;
         }
         total += mass_of(v);
+    }
+    return total;
+}
+
+// The mass of each chunk of chunk_size logits (chunk_count(n) of them, into `masses`), counting
+// only the tokens whose logit is at least `threshold`, and their total.
+template <class Arch>
+mass_t masked_chunk_masses(const float* x, std::size_t n, float max, float threshold, std::uint64_t* masses) noexcept
+{
+    mass_t total = 0;
+    for (std::size_t c = 0; c * chunk_size < n; ++c) {
+        const std::size_t begin = c * chunk_size;
+        const std::size_t end = std::min(n, begin + chunk_size);
+        std::uint64_t chunk = 0;
+        std::size_t i = begin;
+        if constexpr (!is_scalar<Arch>) {
+            using V = simd_float<Arch>;
+            using I = simd_int<Arch>;
+            constexpr std::size_t w = V::size;
+            const V m(max);
+            const V t(threshold);
+            std::uint64_t high_total = 0;
+            std::uint64_t low_total = 0;
+            while (i + w <= end) {
+                I high_lanes(0);
+                I low_lanes(0);
+                for (std::size_t a = 0; a < limb_adds_per_flush && i + w <= end; ++a, i += w) {
+                    const V v = V::load_unaligned(x + i);
+                    I high;
+                    I low;
+                    limbs(xsimd::select(v >= t, exp(v - m), V(0.0f)), high, low);
+                    high_lanes += high;
+                    low_lanes += low;
+                }
+                flush(high_lanes, high_total);
+                flush(low_lanes, low_total);
+            }
+            chunk = (high_total << 24) + low_total; // below 2^10 * 2^48
+        }
+        for (; i < end; ++i) {
+            chunk += x[i] >= threshold ? mass_of(exp(x[i] - max)) : 0;
+        }
+        masses[c] = chunk;
+        total += chunk;
     }
     return total;
 }

@@ -212,6 +212,14 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     CHECK(same_bits(got.highest, want.highest));
                 }
 
+                for (const float threshold : {-inf, max - 3.0f, max}) {
+                    std::vector<std::uint64_t> chunk(sd::chunk_count(n));
+                    std::vector<std::uint64_t> chunk_ref(chunk.size());
+                    CHECK(sd::masked_chunk_masses<tag>(x, n, max, threshold, chunk.data()) ==
+                          sd::masked_chunk_masses<reference>(x, n, max, threshold, chunk_ref.data()));
+                    CHECK(chunk == chunk_ref);
+                }
+
                 const float from = std::max(lowest_ref, max - 34.0f);
                 sd::rank_scratch scratch;
                 sd::rank_scratch scratch_ref;

@@ -5,7 +5,9 @@
 // chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in. Over a prefix
 // (what top_p leaves of a whole vocabulary, sorted) the running sum is the exact mass of
 // exact_mass.hpp, taken in rank order without sorting (rank_select.hpp): the first candidate whose
-// running mass exceeds u times the prefix's mass.
+// running mass exceeds u times the prefix's mass. Over a floor (what min_p leaves of a whole
+// vocabulary, in id order) likewise with exact masses, in id order: one SIMD pass for the mass of
+// each chunk of 1024 logits, then the chunk the draw lands in, token by token.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,28 @@ namespace detail {
         sums.resize(chunk_count(n));
         const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
         return static_cast<std::int32_t>(draw<arch::vector_native>(x, n, max, sums.data(), total, u));
+    }
+    if (c.is_floor()) {
+        const float* x = c.prefix_logits();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        const float max = c.prefix_max();
+        const float threshold = c.floor_threshold();
+        auto& masses = c.chunk_masses();
+        masses.resize(chunk_count(n));
+        const mass_t target = draw_target(u, masked_chunk_masses<arch::vector_native>(x, n, max, threshold, masses.data()));
+        mass_t running = 0;
+        std::size_t chunk = 0;
+        while (running + masses[chunk] < target) {
+            running += masses[chunk++];
+        }
+        for (std::size_t i = chunk * chunk_size;; ++i) {
+            if (x[i] >= threshold) {
+                running += mass_of(exp(x[i] - max));
+                if (running >= target) {
+                    return static_cast<std::int32_t>(i);
+                }
+            }
+        }
     }
     if (c.is_prefix()) {
         const auto n = static_cast<std::size_t>(c.vocab_size());

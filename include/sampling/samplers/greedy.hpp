@@ -17,9 +17,9 @@ struct greedy {
 
     void apply(candidates& c) const
     {
-        if (c.whole_vocabulary() || c.is_prefix()) {
-            // A prefix starts with the vocabulary's best token.
-            const float* x = c.is_prefix() ? c.prefix_logits() : c.vocabulary_logits();
+        if (c.whole_vocabulary() || c.is_prefix() || c.is_floor()) {
+            // A prefix or a floor holds the vocabulary's best token.
+            const float* x = c.whole_vocabulary() ? c.vocabulary_logits() : c.prefix_logits();
             const auto n = static_cast<std::size_t>(c.vocab_size());
             const float max = detail::max_logit<arch::vector_native>(x, n);
             c.check_max(max);

@@ -1,11 +1,14 @@
 // min_p: keeps the candidates whose probability is at least p times the largest one, i.e. whose
 // logit is at least max + log(p) (inclusive), in their current order. If fewer than min_keep
 // pass, it keeps the min_keep best instead (sorted). p <= 0 keeps everything. Over a whole
-// vocabulary: one SIMD max pass and one SIMD filter pass, no sort.
+// vocabulary: one SIMD max pass and one counting pass; when more than 1/32 of the vocabulary
+// passes, the set becomes the floor at that logit (candidates::form::floor), which dist draws
+// from without a list, otherwise the list of those that pass.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,10 +43,15 @@ public:
             if (!(max > detail::minus_infinity)) {
                 return; // nothing to cut; the selecting sampler reports the empty set
             }
-            auto& out = c.list_buffer();
-            out.clear();
-            detail::filter_at_least<arch::vector_native>(x, n, max + log_p, out);
-            if (out.size() >= min_keep_) {
+            const float threshold = max + log_p;
+            const std::size_t passing = detail::count_ranked<arch::vector_native>(x, n, {threshold, std::numeric_limits<std::int32_t>::max()});
+            if (passing > 0 && passing >= min_keep_ && passing * floor_share > n) {
+                c.keep_at_least(threshold, max);
+            } else if (passing >= min_keep_) {
+                // Few pass (as with most real logits): a list of them is cheaper to draw from.
+                auto& out = c.list_buffer();
+                out.clear();
+                detail::filter_at_least<arch::vector_native>(x, n, threshold, out);
                 c.assign_list(false);
             } else if (min_keep_ < n) {
                 detail::keep_top_k(c, min_keep_);
@@ -90,6 +98,10 @@ public:
     }
 
 private:
+    // More than 1/32 of the vocabulary passing makes the set a floor (dist then draws in one
+    // masked pass over the vocabulary); fewer, a list.
+    static constexpr std::size_t floor_share = 32;
+
     float p_;
     std::size_t min_keep_;
 };
