@@ -416,31 +416,51 @@ inline set_ref ref_typical(const set_ref& in, float p, std::size_t min_keep)
     return as_list(out);
 }
 
+// A sum in vocabulary_scan.hpp's fixed order (as sums_of adds the exps): chunks of 1024, element
+// j of a chunk into lane j % 16, the lanes added as a tree, chunk sums added in double.
+inline double fixed_order_sum(const std::vector<float>& terms)
+{
+    double total = 0;
+    for (std::size_t begin = 0; begin < terms.size(); begin += 1024) {
+        float lanes[16] = {};
+        for (std::size_t j = 0; j < 1024 && begin + j < terms.size(); ++j) {
+            lanes[j % 16] = lanes[j % 16] + terms[begin + j];
+        }
+        for (std::size_t half = 8; half > 0; half /= 2) {
+            for (std::size_t i = 0; i < half; ++i) {
+                lanes[i] = lanes[i] + lanes[i + half];
+            }
+        }
+        total += lanes[0];
+    }
+    return total;
+}
+
 inline set_ref ref_top_n_sigma(set_ref in, float n)
 {
     if (!(n > 0.0f) || in.items.size() <= 1) {
         return in;
     }
     float max = -inf;
-    float sum = 0.0f;
     std::size_t count = 0;
+    std::vector<float> terms;
     for (const auto& t : in.items) {
+        terms.push_back(t.logit > -inf ? t.logit : 0.0f);
         if (t.logit > -inf) {
             max = std::max(max, t.logit);
-            sum = sum + t.logit;
             ++count;
         }
     }
-    const float mean = count > 0 ? sum / static_cast<float>(count) : 0.0f;
-    float squares = 0.0f;
-    for (const auto& t : in.items) {
-        if (t.logit > -inf) {
-            const float d = t.logit - mean;
-            squares = squares + strict(d * d);
+    float threshold = -inf;
+    if (count > 0) {
+        const auto mean = static_cast<float>(fixed_order_sum(terms) / static_cast<double>(count));
+        for (std::size_t i = 0; i < terms.size(); ++i) {
+            const float d = in.items[i].logit - mean;
+            terms[i] = in.items[i].logit > -inf ? strict(d * d) : 0.0f;
         }
+        const float sigma = std::sqrt(static_cast<float>(fixed_order_sum(terms) / static_cast<double>(count)));
+        threshold = max - strict(n * sigma);
     }
-    const float sigma = count > 0 ? std::sqrt(squares / static_cast<float>(count)) : 0.0f;
-    const float threshold = max - strict(n * sigma);
     for (auto& t : in.items) {
         if (t.logit < threshold) {
             t.logit = -inf;

@@ -196,6 +196,56 @@ double exp_sums(const float* x, std::size_t n, float max, float* sums, float* ou
     return total;
 }
 
+// The sum of the logits above -inf (NaN does not count), or with `Squares` of (x - mean)^2 over
+// them (each square rounded before it is added), in the fixed order of the exp sums: element j
+// of a chunk into lane j % 16, the lanes added as a tree, the chunk sums added in double.
+template <class Arch, bool Squares>
+[[nodiscard]] double finite_sum(const float* x, std::size_t n, float mean) noexcept
+{
+    double total = 0;
+    for (std::size_t begin = 0; begin < n; begin += chunk_size) {
+        const std::size_t count = std::min(chunk_size, n - begin);
+        const float* c = x + begin;
+        std::array<float, sum_lanes> lanes{};
+        std::size_t i = 0;
+        if constexpr (!is_scalar<Arch>) {
+            using V = xsimd::batch<float, simd_of<Arch>>;
+            constexpr std::size_t w = V::size;
+            constexpr std::size_t groups = sum_lanes / w;
+            V acc[groups];
+            for (auto& a : acc) {
+                a = V(0.0f);
+            }
+            const V m(mean);
+            for (; i + sum_lanes <= count; i += sum_lanes) {
+                for (std::size_t g = 0; g < groups; ++g) {
+                    const V v = V::load_unaligned(c + i + g * w);
+                    const V term = Squares ? opaque((v - m) * (v - m)) : v;
+                    acc[g] = acc[g] + xsimd::select(v > V(minus_infinity), term, V(0.0f));
+                }
+            }
+            for (std::size_t g = 0; g < groups; ++g) {
+                acc[g].store_unaligned(lanes.data() + g * w);
+            }
+        } else {
+            for (; i + sum_lanes <= count; i += sum_lanes) {
+                for (std::size_t l = 0; l < sum_lanes; ++l) {
+                    const float v = c[i + l];
+                    const float term = Squares ? opaque((v - mean) * (v - mean)) : v;
+                    lanes[l] = lanes[l] + (v > minus_infinity ? term : 0.0f);
+                }
+            }
+        }
+        for (std::size_t l = 0; i + l < count; ++l) {
+            const float v = c[i + l];
+            const float term = Squares ? opaque((v - mean) * (v - mean)) : v;
+            lanes[l] = lanes[l] + (v > minus_infinity ? term : 0.0f);
+        }
+        total += tree_sum(lanes);
+    }
+    return total;
+}
+
 // The categorical draw over a whole vocabulary from the chunk sums: the first index whose running
 // sum (in double, chunk sums first, then the elements of the chunk reached) exceeds u * total.
 // Where rounding leaves the chosen chunk's elements short of the threshold, its last element with

@@ -212,6 +212,10 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     CHECK(same_bits(got.highest, want.highest));
                 }
 
+                const double sum = sd::finite_sum<tag, false>(x, n, 0.0f);
+                CHECK(sum == sd::finite_sum<reference, false>(x, n, 0.0f));
+                const auto mean = static_cast<float>(sum / static_cast<double>(n));
+                CHECK(sd::finite_sum<tag, true>(x, n, mean) == sd::finite_sum<reference, true>(x, n, mean));
                 for (const float threshold : {-inf, max - 3.0f, max}) {
                     std::vector<std::uint64_t> chunk(sd::chunk_count(n));
                     std::vector<std::uint64_t> chunk_ref(chunk.size());

@@ -1,7 +1,10 @@
 // top_n_sigma: with m the largest logit and mean and sigma the mean and standard deviation of the
-// logits above -inf (population form, summed in float in the set's order), every logit below
+// logits above -inf (population form; the sums of the logits and of their squared differences
+// from the mean in vocabulary_scan.hpp's fixed order, chunk sums in double: the same on every
+// tag, over a whole vocabulary in id order and over a list in its order), every logit below
 // m - n sigma becomes -inf (the candidates stay in the set). n <= 0, or fewer than two
-// candidates, changes nothing.
+// candidates, changes nothing. Over a whole vocabulary: SIMD passes, and a copy of the logits
+// only when some must become -inf.
 #pragma once
 
 #include <cmath>
@@ -12,6 +15,8 @@
 
 #include "../candidates.hpp"
 #include "../parameters.hpp"
+#include "../rank_select.hpp"
+#include "top_k.hpp"
 
 namespace qk::sampling {
 
@@ -33,12 +38,28 @@ public:
             return;
         }
         if (c.whole_vocabulary()) {
-            const auto d = c.dense();
-            mask(d, [](float& v) -> float& { return v; });
+            const float* x = c.vocabulary_logits();
+            const auto n = static_cast<std::size_t>(c.vocab_size());
+            const float threshold = cut(x, n);
+            float lowest = 0.0f;
+            float highest = 0.0f;
+            if (detail::finite_range<arch::vector_native>(x, n, lowest, highest) && lowest >= threshold) {
+                return; // every logit stays
+            }
+            for (float& v : c.dense()) {
+                v = v >= threshold ? v : detail::minus_infinity;
+            }
             return;
         }
         auto& l = c.list();
-        mask(std::span<token_data>(l), [](token_data& t) -> float& { return t.logit; });
+        logits_.resize(l.size());
+        for (std::size_t i = 0; i < l.size(); ++i) {
+            logits_[i] = l[i].logit;
+        }
+        const float threshold = cut(logits_.data(), logits_.size());
+        for (auto& t : l) {
+            t.logit = t.logit >= threshold ? t.logit : detail::minus_infinity;
+        }
         c.logits_changed(false);
     }
 
@@ -51,38 +72,20 @@ public:
     }
 
 private:
-    template <class T, class Logit>
-    void mask(std::span<T> items, Logit logit) const
+    // m - n sigma over x[0 .. n); -inf when no logit is above -inf.
+    [[nodiscard]] float cut(const float* x, std::size_t n) const noexcept
     {
-        float max = detail::minus_infinity;
-        float sum = 0.0f;
-        std::size_t count = 0;
-        for (auto& item : items) {
-            const float v = logit(item);
-            if (v > detail::minus_infinity) {
-                max = v > max ? v : max;
-                sum = sum + v;
-                ++count;
-            }
+        const float max = detail::max_logit<arch::vector_native>(x, n);
+        const std::size_t count = detail::count_ranked<arch::vector_native>(x, n, {detail::minus_infinity, -1});
+        if (count == 0) {
+            return detail::minus_infinity;
         }
-        const float mean = count > 0 ? sum / static_cast<float>(count) : 0.0f;
-        float squares = 0.0f;
-        for (auto& item : items) {
-            const float v = logit(item);
-            if (v > detail::minus_infinity) {
-                squares = squares + detail::opaque((v - mean) * (v - mean));
-            }
-        }
-        const float sigma = count > 0 ? std::sqrt(squares / static_cast<float>(count)) : 0.0f;
-        const float threshold = max - detail::opaque(n_ * sigma);
-        for (auto& item : items) {
-            float& v = logit(item);
-            if (!(v >= threshold)) {
-                v = detail::minus_infinity;
-            }
-        }
+        const auto mean = static_cast<float>(detail::finite_sum<arch::vector_native, false>(x, n, 0.0f) / static_cast<double>(count));
+        const auto variance = static_cast<float>(detail::finite_sum<arch::vector_native, true>(x, n, mean) / static_cast<double>(count));
+        return max - detail::opaque(n_ * std::sqrt(variance));
     }
 
+    mutable std::vector<float> logits_; // scratch, kept for its capacity
     float n_;
 };
 
