@@ -84,6 +84,56 @@ template <class Arch>
     return best;
 }
 
+// (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The smallest and largest logit; false when a logit is NaN or -inf (then counting by rank, which
+// needs every token within a finite range, does not apply).
+template <class Arch>
+[[nodiscard]] bool finite_range(const float* x, std::size_t n, float& lowest, float& highest) noexcept
+{
+    float lo = std::numeric_limits<float>::infinity();
+    float hi = minus_infinity;
+    bool ok = true;
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        V low(lo);
+        V high(hi);
+        auto bad = V(0.0f) != V(0.0f);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
+            low = xsimd::min(low, v);
+            high = xsimd::max(high, v);
+        }
+        ok = !xsimd::any(bad);
+        alignas(64) float l[w];
+        alignas(64) float h[w];
+        low.store_aligned(l);
+        high.store_aligned(h);
+        for (std::size_t j = 0; j < w; ++j) {
+            lo = l[j] < lo ? l[j] : lo;
+            hi = h[j] > hi ? h[j] : hi;
+        }
+    }
+    for (; i < n; ++i) {
+        ok = ok && x[i] > minus_infinity;
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    lowest = lo;
+    highest = hi;
+    return ok;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 // The first index holding `value` (a value max_logit returned), or n.
 template <class Arch>
 [[nodiscard]] std::size_t find_value(const float* x, std::size_t n, float value) noexcept

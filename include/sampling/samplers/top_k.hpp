@@ -22,55 +22,6 @@ namespace detail {
 // so far would take k log k work for each of the many tokens that still beat its worst.
 inline constexpr std::size_t heap_top_k_limit = 256;
 
-// (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-// The smallest and largest logit; false when a logit is NaN or -inf (then counting by rank, which
-// needs every token within a finite range, does not apply).
-template <class Arch>
-[[nodiscard]] bool finite_range(const float* x, std::size_t n, float& lowest, float& highest) noexcept
-{
-    float lo = std::numeric_limits<float>::infinity();
-    float hi = minus_infinity;
-    bool ok = true;
-    std::size_t i = 0;
-    if constexpr (!is_scalar<Arch>) {
-        using V = xsimd::batch<float, simd_of<Arch>>;
-        constexpr std::size_t w = V::size;
-        V low(lo);
-        V high(hi);
-        auto bad = V(0.0f) != V(0.0f);
-        for (; i + w <= n; i += w) {
-            const V v = V::load_unaligned(x + i);
-            bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
-            low = xsimd::min(low, v);
-            high = xsimd::max(high, v);
-        }
-        ok = !xsimd::any(bad);
-        alignas(64) float l[w];
-        alignas(64) float h[w];
-        low.store_aligned(l);
-        high.store_aligned(h);
-        for (std::size_t j = 0; j < w; ++j) {
-            lo = l[j] < lo ? l[j] : lo;
-            hi = h[j] > hi ? h[j] : hi;
-        }
-    }
-    for (; i < n; ++i) {
-        ok = ok && x[i] > minus_infinity;
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
-    lowest = lo;
-    highest = hi;
-    return ok;
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 // The k best of a whole vocabulary of finite logits, sorted, by rank: the k-th token from
 // find_by_rank counting tokens, then the tokens ranking at or before it, sorted.

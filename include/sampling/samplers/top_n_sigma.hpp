@@ -16,7 +16,6 @@
 #include "../candidates.hpp"
 #include "../parameters.hpp"
 #include "../rank_select.hpp"
-#include "top_k.hpp"
 
 namespace qk::sampling {
 
