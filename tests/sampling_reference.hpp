@@ -64,20 +64,38 @@ inline std::vector<token_data> sorted_copy(std::vector<token_data> v)
 
 // --- the two softmax definitions ---
 
-// candidates::compute_probabilities: in list order, max, e = exp(l - max), float sum in order,
-// p = e * (1 / sum).
+// candidates::compute_probabilities: in list order, max, e = exp(l - max) corrected by the
+// subtraction's exact error (TwoSum) as e (1 + err), their total in double with element i in lane i % 16 and
+// the lanes added as a tree, p = e * float(1 / total).
+inline float exp_difference_ref(float l, float max)
+{
+    const float d = l - max;
+    const float e = d_exp(d);
+    if (!(e > 0.0f)) {
+        return 0.0f;
+    }
+    const float moved = d - l;
+    const float err = (l - (d - moved)) + (-max - moved);
+    return e * (1.0f + err);
+}
+
 inline void softmax_list(std::vector<token_data>& v)
 {
     float max = -inf;
     for (const auto& t : v) {
         max = t.logit > max ? t.logit : max;
     }
-    float sum = 0.0f;
-    for (auto& t : v) {
-        t.p = d_exp(t.logit - max);
-        sum = sum + t.p;
+    double lanes[16] = {};
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        v[i].p = exp_difference_ref(v[i].logit, max);
+        lanes[i % 16] += static_cast<double>(v[i].p);
     }
-    const float factor = 1.0f / sum;
+    for (std::size_t half = 8; half > 0; half /= 2) {
+        for (std::size_t i = 0; i < half; ++i) {
+            lanes[i] += lanes[i + half];
+        }
+    }
+    const auto factor = static_cast<float>(1.0 / lanes[0]);
     for (auto& t : v) {
         t.p = t.p * factor;
     }

@@ -160,3 +160,96 @@ TEST_CASE("softmax pass: against softmax in double, NaN as -inf, errors")
     std::vector<float> short_p(2);
     CHECK_THROWS_AS(qk::sampling::softmax(with_inf, short_p, chunks), qk::error);
 }
+
+TEST_CASE("exp_difference is within 2 ulp of exp(x - max) computed exactly, where plain exp of the rounded difference is not")
+{
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> maxima(-40.0f, 60.0f);
+    std::uniform_real_distribution<float> below(0.0f, 87.0f);
+    double worst = 0;
+    double worst_plain = 0;
+    for (int i = 0; i < 400000; ++i) {
+        const float max = maxima(rng);
+        const float x = max - below(rng);
+        // Both floats: their difference is exact in double (exponents within 29 bits of each other).
+        const double reference = std::exp(static_cast<double>(x) - static_cast<double>(max));
+        if (reference < std::numeric_limits<float>::min()) {
+            continue;
+        }
+        worst = std::max(worst, ulps(sd::exp_difference(x, max), reference));
+        worst_plain = std::max(worst_plain, ulps(sd::exp(x - max), reference));
+    }
+    INFO("worst error: " << worst << " ulp; exp of the rounded difference: " << worst_plain << " ulp");
+    CHECK(worst <= 2.0);
+    CHECK(worst_plain > 4.0); // what the correction is for: the inputs do exercise it
+    CHECK(sd::exp_difference(1.5f, 1.5f) == 1.0f);
+    CHECK(sd::exp_difference(-inf, 2.0f) == 0.0f);
+    CHECK(sd::exp_difference(std::numeric_limits<float>::quiet_NaN(), 2.0f) == 0.0f);
+    CHECK(sd::exp_difference(-3e38f, 3e38f) == 0.0f); // the difference overflows to -inf
+    CHECK(sd::exp_difference(-100.0f, 0.0f) == 0.0f);
+}
+
+TEST_CASE("candidate probabilities are within 6e-7 of a long double softmax (32k, 152k, 256k vocabularies)")
+{
+    struct shape {
+        const char* name;
+        std::vector<float> (*make)(std::size_t, std::uint32_t);
+    };
+    const shape shapes[] = {
+        {"flat N(0,1)", [](std::size_t n, std::uint32_t seed) { return qk_inputs::normal(n, 1.0f, seed); }},
+        {"N(0,3)", [](std::size_t n, std::uint32_t seed) { return qk_inputs::normal(n, 3.0f, seed); }},
+        {"peaky", [](std::size_t n, std::uint32_t seed) {
+             auto x = qk_inputs::normal(n, 1.0f, seed);
+             for (auto& v : x) {
+                 v -= 10.0f;
+             }
+             x[n / 3] = 20.0f;
+             x[n / 2] = 18.5f;
+             x[7] = 17.0f;
+             return x;
+         }},
+        {"wide, with -inf and NaN", [](std::size_t n, std::uint32_t seed) {
+             auto x = qk_inputs::uniform(n, -70.0f, 25.0f, seed);
+             for (std::size_t i = 5; i < n; i += 97) {
+                 x[i] = i % 2 == 0 ? -inf : std::numeric_limits<float>::quiet_NaN();
+             }
+             return x;
+         }},
+    };
+    std::uint32_t seed = 1;
+    for (const auto& s : shapes) {
+        for (const std::size_t n : {std::size_t{32000}, std::size_t{152064}, std::size_t{256000}}) {
+            const auto x = s.make(n, seed++);
+            for (const char* spec : {"dist(seed=3)", "temp(0.7);dist(seed=3)", "top_k(1000);dist(seed=3)", "top_p(0.9);dist(seed=3)"}) {
+                CAPTURE(s.name);
+                CAPTURE(n);
+                CAPTURE(spec);
+                auto chain = qk::sampling::chain::parse(spec);
+                (void)chain.sample(x);
+                const auto list = chain.final_candidates();
+                long double max = -INFINITY;
+                for (const auto& t : list) {
+                    max = std::max<long double>(max, t.logit);
+                }
+                long double sum = 0;
+                for (const auto& t : list) {
+                    sum += std::exp(static_cast<long double>(t.logit) - max);
+                }
+                double worst = 0;
+                std::size_t checked = 0;
+                for (const auto& t : list) {
+                    const long double reference = std::exp(static_cast<long double>(t.logit) - max) / sum;
+                    if (reference >= std::numeric_limits<float>::min()) {
+                        worst = std::max(worst, static_cast<double>(std::fabs((t.p - reference) / reference)));
+                        ++checked;
+                    } else {
+                        CHECK(std::fabs(t.p - reference) <= static_cast<long double>(std::numeric_limits<float>::min()));
+                    }
+                }
+                INFO("worst relative error " << worst << " over " << checked << " of " << list.size());
+                CHECK(checked > 0);
+                CHECK(worst <= 6e-7);
+            }
+        }
+    }
+}

@@ -102,6 +102,47 @@ template <class A>
 #pragma GCC diagnostic pop
 #endif
 
+// exp(x - max) with the subtraction's rounding error put back. x - max rounded to float is off by
+// up to half an ulp of the difference, which exp turns into a relative error of up to
+// |x - max| 2^-24 (3e-6 at -50); the error term of the subtraction, exact by TwoSum (no fused or
+// reordered operation in it), corrects the result: exp(d + err) = exp(d) (1 + err) to first order.
+// 1 + err is rounded first, so that no intermediate is subnormal where the result is not, which a
+// GPU's float arithmetic may flush; an err below 2^-25 leaves it 1.
+// Within 2 ulp of exp(x - max) for x - max >= exp_lowest (exp's own 0.98 ulp, measured over every
+// float of that range, and two roundings of half an ulp); 0 below, for -inf and NaN.
+[[nodiscard]] inline float exp_difference(float x, float max) noexcept
+{
+    const float d = x - max;
+    const float e = exp(d);
+    if (!(e > 0.0f)) {
+        return 0.0f;
+    }
+    const float moved = d - x;
+    const float err = (x - (d - moved)) + (-max - moved);
+    return e * (1.0f + err);
+}
+
+// The same on a vector, lane for lane.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <class A>
+[[nodiscard]] inline xsimd::batch<float, A> exp_difference(const xsimd::batch<float, A>& x, const xsimd::batch<float, A>& max) noexcept
+{
+    using V = xsimd::batch<float, A>;
+    const V d = x - max;
+    const V e = exp(d);
+    const V moved = d - x;
+    const V err = (x - (d - moved)) + (-max - moved);
+    // e is 0 where err may be NaN (x or d infinite).
+    return xsimd::select(e > V(0.0f), e * (V(1.0f) + err), V(0.0f));
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 // Natural logarithm for x > 0 (and +inf); x <= 0 or NaN gives -inf or NaN as below. Splits x into
 // 2^e * m with m in [sqrt(1/2), sqrt(2)), then Cephes' logf polynomial in m - 1 (within 2 ulp).
 [[nodiscard]] inline float log(float x) noexcept

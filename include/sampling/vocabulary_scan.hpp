@@ -246,6 +246,60 @@ double exp_sums(const float* x, std::size_t n, float max, float* sums, float* ou
     return total;
 }
 
+// The probabilities' sum: exp_difference(x[i], max) in place of each x[i], and their total in
+// double over 16 lanes (element i into lane i % 16, in order, the lanes added as a tree: lane
+// i += lane i + 8, + 4, + 2, + 1). Double lanes keep the sum within 2^-49 of exact for any
+// n < 2^31, so the probabilities' error is the exponentials' alone; lanes keep it a vector pass.
+template <class Arch>
+double exp_difference_total(float* x, std::size_t n, float max) noexcept
+{
+    std::array<double, sum_lanes> lanes{};
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        static_assert(sum_lanes % w == 0, "a vector must fill whole lane groups");
+        const V m(max);
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            for (std::size_t g = 0; g < sum_lanes; g += w) {
+                exp_difference(V::load_unaligned(x + i + g), m).store_unaligned(x + i + g);
+            }
+            for (std::size_t l = 0; l < sum_lanes; ++l) {
+                lanes[l] += static_cast<double>(x[i + l]);
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        x[i] = exp_difference(x[i], max);
+        lanes[i % sum_lanes] += static_cast<double>(x[i]);
+    }
+    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2) {
+        for (std::size_t l = 0; l < half; ++l) {
+            lanes[l] = lanes[l] + lanes[l + half];
+        }
+    }
+    return lanes[0];
+}
+
+// candidates::compute_probabilities over a list with at least one logit above -inf and none +inf
+// (the caller checks): every p the softmax of the logits in list order, as documented there.
+// `scratch` holds the exponentials (its capacity is kept). Also the Metal host's finish of a list
+// draw, so that its probabilities are the CPU's by construction.
+inline void softmax_list(std::vector<token_data>& l, std::vector<float>& scratch)
+{
+    const std::size_t n = l.size();
+    scratch.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        scratch[i] = l[i].logit;
+    }
+    const float max = max_logit<arch::vector_native>(scratch.data(), n);
+    const double total = exp_difference_total<arch::vector_native>(scratch.data(), n, max);
+    const auto factor = static_cast<float>(1.0 / total);
+    for (std::size_t i = 0; i < n; ++i) {
+        l[i].p = scratch[i] * factor;
+    }
+}
+
 // The sum of the logits above -inf (NaN does not count), or with `Squares` of (x - mean)^2 over
 // them (each square rounded before it is added), in the fixed order of the exp sums: element j
 // of a chunk into lane j % 16, the lanes added as a tree, the chunk sums added in double.

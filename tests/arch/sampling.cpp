@@ -82,6 +82,24 @@ void check_vector_exp()
             }
         }
         CHECK(mismatches == 0);
+        // exp_difference (compute_probabilities' exponential, with the subtraction's error put
+        // back) against several maxima, the difference's error terms nonzero at most of them.
+        std::size_t difference_mismatches = 0;
+        for (const float max : {0.0f, 3.71f, 17.25f, -2.03f, 61.9f}) {
+            for (std::size_t i = 0; i < inputs.size(); i += V::size) {
+                alignas(64) float out[V::size];
+                sd::exp_difference(V::load_unaligned(inputs.data() + i), V(max)).store_aligned(out);
+                for (std::size_t l = 0; l < V::size; ++l) {
+                    if (!same_bits(out[l], sd::exp_difference(inputs[i + l], max))) {
+                        ++difference_mismatches;
+                        CAPTURE(inputs[i + l]);
+                        CAPTURE(max);
+                        CHECK(out[l] == sd::exp_difference(inputs[i + l], max));
+                    }
+                }
+            }
+        }
+        CHECK(difference_mismatches == 0);
     }
 }
 
@@ -118,6 +136,13 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                 CHECK(total == total_ref);
                 CHECK(std::memcmp(sums.data(), sums_ref.data(), sums.size() * sizeof(float)) == 0);
                 CHECK(std::memcmp(e.data(), e_ref.data(), n * sizeof(float)) == 0);
+
+                // compute_probabilities' pass: corrected exponentials in place and their double total.
+                std::vector<float> corrected(x, x + n);
+                std::vector<float> corrected_ref(x, x + n);
+                CHECK(sd::exp_difference_total<tag>(corrected.data(), n, max) ==
+                      sd::exp_difference_total<reference>(corrected_ref.data(), n, max));
+                CHECK(std::memcmp(corrected.data(), corrected_ref.data(), n * sizeof(float)) == 0);
 
                 for (int k = 0; k < 64; ++k) {
                     const double u = (k + 0.5) / 64.0;

@@ -373,6 +373,80 @@ TEST_CASE("vulkan sampling: chains pick the CPU chain's token, step after step")
     }
 }
 
+// A list draw is decided by the list's probabilities to the last bit only near the boundary
+// between two tokens: one logit moved an ulp at a time across the point where the CPU's token
+// changes, 64 rows straddling it. A GPU whose probabilities differ from compute_probabilities'
+// (its exponentials, the order or width of its sum, its reciprocal) moves the point.
+TEST_CASE("vulkan sampling: list draws straddling the boundary between two tokens are the CPU's, ulp for ulp")
+{
+    auto& dev = qk_test::vulkan_device();
+    vk::sampling_workspace ws(dev);
+    std::mt19937 rng(43);
+    const std::size_t n = 300;
+    const std::size_t rows = 64;
+    std::size_t boundaries = 0;
+    for (std::uint32_t scenario = 0; scenario < 48; ++scenario) {
+        CAPTURE(scenario);
+        const std::string spec = "top_k(40);dist(seed=" + std::to_string(500 + scenario) + ")";
+        const qs::chain prototype = qs::chain::parse(spec);
+        auto base = make_matrix(rng, 1, n, 0);
+        const auto cpu_token = [&](const std::vector<float>& x) {
+            qs::chain c = prototype; // the same generator state, so the same u
+            return c.sample(x);
+        };
+        // The chosen token's logit, lowered until the token changes: the flip lies between two
+        // adjacent floats, found by bisection.
+        // The rows shifted so that the chosen token's logit is near 0, where its float steps are
+        // finer than the float steps of its probability.
+        const std::int32_t first = cpu_token(base);
+        const float shift = base[static_cast<std::size_t>(first)] - 0.25f;
+        for (auto& v : base) {
+            v -= shift;
+        }
+        const std::int32_t chosen = cpu_token(base);
+        const auto at = static_cast<std::size_t>(chosen);
+        const float high = base[at];
+        std::vector<float> x = base;
+        x[at] = high - 0.5f;
+        if (cpu_token(x) == chosen) {
+            continue; // it stays chosen: no boundary below it
+        }
+        // high keeps the token, low does not; bisected until they are adjacent floats.
+        float low = high - 0.5f;
+        float top = high;
+        while (std::nextafter(low, top) != top) {
+            const auto mid = static_cast<float>((static_cast<double>(low) + static_cast<double>(top)) / 2);
+            x[at] = mid;
+            (cpu_token(x) == chosen ? top : low) = mid;
+        }
+        ++boundaries;
+        std::vector<float> m;
+        std::vector<qs::chain> gpu;
+        std::vector<std::int32_t> expected;
+        float v = low;
+        for (std::size_t k = 0; k < rows / 2 - 1; ++k) {
+            v = std::nextafter(v, -std::numeric_limits<float>::infinity());
+        }
+        for (std::size_t r = 0; r < rows; ++r, v = std::nextafter(v, std::numeric_limits<float>::infinity())) {
+            x = base;
+            x[at] = v;
+            m.insert(m.end(), x.begin(), x.end());
+            gpu.push_back(prototype);
+            expected.push_back(cpu_token(x));
+        }
+        const auto tokens = vk::sample(dev, ws, gpu, m, n, std::vector<std::uint8_t>(rows, 1));
+        std::size_t chosen_rows = 0;
+        for (std::size_t r = 0; r < rows; ++r) {
+            CAPTURE(r);
+            CHECK(tokens[r] == expected[r]);
+            chosen_rows += expected[r] == chosen ? 1 : 0;
+        }
+        CHECK(chosen_rows > 0); // the rows do straddle the flip
+        CHECK(chosen_rows < rows);
+    }
+    CHECK(boundaries >= 24);
+}
+
 TEST_CASE("vulkan sampling: what the GPU cannot run, and bad shapes, are errors that change no chain")
 {
     auto& dev = qk_test::vulkan_device();

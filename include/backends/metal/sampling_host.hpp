@@ -232,11 +232,13 @@ inline void check_status(const char* what, std::uint32_t s, std::size_t row)
     return n;
 }
 
-// The draw over a list whose p the kernel computed (compute_probabilities' values): the CPU's
-// own draw_index, so the order of the double sums is the CPU's by construction.
+// The draw over the kernel's final list: the CPU's own softmax of it (compute_probabilities',
+// whose total is a double sum) and draw_index, so both are the CPU's by construction.
 [[nodiscard]] inline std::int32_t draw_list(std::span<const qk::sampling::token_data> list, double u)
 {
-    const std::vector<qk::sampling::token_data> l(list.begin(), list.end());
+    std::vector<qk::sampling::token_data> l(list.begin(), list.end());
+    std::vector<float> scratch;
+    qk::sampling::detail::softmax_list(l, scratch);
     return l[qk::sampling::detail::draw_index(l, u)].id;
 }
 

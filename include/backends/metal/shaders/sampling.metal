@@ -58,11 +58,12 @@
 //   kernel_sampling_top_k      buffers 0,1,2,3,4,5,8  tg memory 4 * (256 + 3 * capacity + 2 * T + 4)
 //       grid (1, n_seq). Rows with flag top_k: the sorted top-k list (1 <= k <= min(n_vocab,
 //       capacity)); with flag list the chain's list ops, then greedy (results.token) or, with
-//       list_dist, compute_probabilities (p in the list). lists and results.list_size hold the
-//       final list.
+//       list_dist, the list's status (p left 0). lists and results.list_size hold the final
+//       list.
 // The host finishes: total = sum of the chunk sums in double; softmax factor float(1.0 / total)
 // (written to results.factor_bits, then scale); the whole-row draw from sums and the stored exps
-// of the chunk it reaches; the list draw (draw_index in double over the list's p).
+// of the chunk it reaches; the list draw (compute_probabilities' softmax of the final list, then
+// draw_index over its p).
 
 #include <metal_stdlib>
 using namespace metal;
@@ -752,36 +753,17 @@ kernel void kernel_sampling_top_k(constant sampling_shape& shape [[buffer(0)]],
             r[result_token] = m.id[best];
         } else if (chain) {
             uint max_key = key_minus_infinity;
-            uint max_bits = bits_minus_infinity;
             for (uint i = 0u; i < count; ++i) {
-                const uint key = order_key(m.value[i]);
-                if (key > max_key) {
-                    max_key = key;
-                    max_bits = m.value[i];
-                }
+                max_key = max(max_key, order_key(m.value[i]));
             }
+            // The probabilities and the draw are the host's (their sums are in double).
             r[result_status] = status_of(max_key);
-            m.shared[1] = status_of(max_key);
-            if (status_of(max_key) == status_ok) {
-                const float max = as_type<float>(max_bits);
-                float sum = 0.0f;
-                for (uint i = 0u; i < count; ++i) {
-                    const float e = exp_minus_max(m.value[i], max);
-                    m.p[i] = as_type<uint>(e);
-                    sum = add_exact(sum, e);
-                }
-                m.shared[3] = as_type<uint>(divide_exact(1.0f, sum));
-            }
         }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const bool probabilities = chain && row_has(rows, row, flag_list_dist) && m.shared[1] == status_ok;
-    const uint factor_bits = m.shared[3];
-    const float factor = probabilities ? as_type<float>(factor_bits) : 0.0f;
     for (uint i = t; i < count; i += threads) {
         out[i * list_words + 0u] = m.id[i];
         out[i * list_words + 1u] = m.value[i];
-        const uint e = m.p[i];
-        out[i * list_words + 2u] = probabilities ? as_type<uint>(multiply_exact(as_type<float>(e), factor)) : 0u;
+        out[i * list_words + 2u] = 0u;
     }
 }

@@ -120,6 +120,24 @@ float exp_minus_max(uint xb, float max)
     return qk_exp(d);
 }
 
+// deterministic_math.hpp's exp_difference for a value's bits and a finite maximum: exp(x - max)
+// times float(1 + the subtraction's exact error, by TwoSum), the product rounded as IEEE rounds it
+// (subnormal results included, through double); NaN and -inf give 0. A flushed subnormal in the
+// TwoSum can only change an error below 2^-25, which 1 + err rounds away on the CPU as well.
+float exp_difference(uint xb, float max)
+{
+    const float e = exp_minus_max(xb, max);
+    if (!(e > 0.0)) {
+        return 0.0;
+    }
+    const float x = uintBitsToFloat(xb);
+    precise float d = x - max;
+    precise float moved = d - x;
+    precise float err = (x - (d - moved)) + (-max - moved);
+    precise float f = 1.0 + err;
+    return uintBitsToFloat(float_bits_nearest(double_of_bits(floatBitsToUint(e)) * double(f)));
+}
+
 // a / b correctly rounded for b > 0 finite (Vulkan's float division is not): the double quotient
 // rounded to float is within one ulp; of it and its neighbours the one with the smallest
 // |a - q b| wins, computed exactly in double (q b of two floats is exact, and so is the

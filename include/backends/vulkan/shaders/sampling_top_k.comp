@@ -258,14 +258,23 @@ void main()
     if (status != status_ok) {
         return;
     }
+    // candidates::compute_probabilities: corrected exponentials, their total in double with
+    // element i in lane i % 16 and the lanes added as a tree, factor float(1 / total).
     const float max = uintBitsToFloat(max_bits);
-    precise float sum = 0.0;
-    for (uint i = 0u; i < count; ++i) {
-        const float e = exp_minus_max(list_value[i], max);
-        list_p[i] = floatBitsToUint(e);
-        sum = sum + e;
+    precise double lanes[16];
+    for (uint l = 0u; l < 16u; ++l) {
+        lanes[l] = 0.0LF;
     }
-    const float factor = uintBitsToFloat(divide_bits(floatBitsToUint(1.0), sum));
+    for (uint i = 0u; i < count; ++i) {
+        list_p[i] = floatBitsToUint(exp_difference(list_value[i], max));
+        lanes[i % 16u] = lanes[i % 16u] + double_of_bits(list_p[i]);
+    }
+    for (uint width = 8u; width > 0u; width /= 2u) {
+        for (uint l = 0u; l < width; ++l) {
+            lanes[l] = lanes[l] + lanes[l + width];
+        }
+    }
+    const float factor = uintBitsToFloat(reciprocal_bits(lanes[0]));
     precise double total = 0.0LF;
     for (uint i = 0u; i < count; ++i) {
         list_p[i] = float_bits_nearest(double_of_bits(list_p[i]) * double(factor));
