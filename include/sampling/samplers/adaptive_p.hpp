@@ -16,13 +16,13 @@
 //    every accept() clears the pending token, so another token or a second accept changes nothing.
 // apply() draws exactly one uniform number, from the generator's stream adaptive_p. reset() primes
 // S and W again and clears the pending token; reseed() restarts the generator.
-// Deliberate differences from llama.cpp: qkern's exp and softmax (p = e * (1 / sum)) instead of
-// expf and a division; qkern's generator and draw instead of std::mt19937 and
-// std::discrete_distribution; reset() leaves the generator alone, as for every qkern sampler
-// (llama.cpp reseeds it there); a NaN or +inf target and a NaN decay are errors (llama.cpp takes
-// any float; a target of +inf with decay 0 would make S NaN). T > 1 is kept as given, as llama.cpp
-// does: it enters the primed S unclamped. Parameters, in positional order: target (default -1,
-// llama.cpp's common default: disabled), decay (0.9), seed (0).
+// Differs from llama.cpp: qkern's exp and softmax (p = e * (1 / sum)) instead of expf and a
+// division; qkern's generator and draw instead of std::mt19937 and std::discrete_distribution;
+// reset() leaves the generator alone, as for every qkern sampler (llama.cpp reseeds it there); a
+// NaN or +inf target and a NaN decay are errors (llama.cpp takes any float; a target of +inf with
+// decay 0 would make S NaN). T > 1 is kept as given, as llama.cpp does: it enters the primed S
+// unclamped. Parameters, in positional order: target (default -1, llama.cpp's common default:
+// disabled), decay (0.9), seed (0).
 #pragma once
 
 #include <algorithm>

@@ -8,6 +8,12 @@
 // running mass exceeds u times the prefix's mass. Over a floor (what min_p leaves of a whole
 // vocabulary, in id order) likewise with exact masses, in id order: one SIMD pass for the mass of
 // each chunk of 1024 logits, then the chunk the draw lands in, token by token.
+// Differs from llama.cpp (llama_sampler_dist_apply): u comes from qkern's generator (random.hpp)
+// instead of std::uniform_real_distribution<double> over std::mt19937, whose algorithm each
+// standard library defines, so a seed draws the same tokens with every compiler and library
+// (though not llama.cpp's). apply() draws exactly one u, also for a single candidate, where
+// llama.cpp draws none; the running sum must exceed u times the sum (llama.cpp: reach it); a
+// chain's reset() leaves the generator alone (llama_sampler_dist_reset reseeds it).
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,12 @@
 // (the exponent capped so the power stays finite), subtracted from its logit. Single-token
 // breakers are never penalized. multiplier = 0, base < 1 or last_n = 0 turn it off.
 // Cost: O(|w|) per step (a Z-function over the reversed window), none over the vocabulary.
+// Differs from llama.cpp: breakers are token sequences from the caller, as
+// llama_sampler_init_dry_testing takes them; llama_sampler_init_dry takes strings and derives
+// token sequences from them with the vocabulary (get_overlapping_token_sequences, tails capped at
+// 20 tokens), which needs a tokenizer qkern does not have. last_n = -1 means every token since
+// reset(), where llama_sampler_init_dry uses its n_ctx_train argument. The penalty is a float
+// capped at FLT_MAX (llama.cpp's, from a double std::pow, can overflow to inf).
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,10 @@
 // greedy: selects the token with the largest logit; among equal logits the lowest id. NaN counts
 // as -inf; a set with nothing above -inf is a qk::error. Over a whole vocabulary it is one SIMD
 // max pass and one search for the first index holding the maximum.
+// Differs from llama.cpp: among equal logits the lowest id whatever the set's order, where
+// llama_sampler_greedy_apply takes the first in the set's order (the lowest id only while the set
+// is in id order, which llama.cpp's sorts do not keep for ties); NaN counts as -inf, and a set
+// with nothing above -inf is an error where llama.cpp selects its first candidate.
 #pragma once
 
 #include <string>

@@ -1,6 +1,9 @@
 // logit_bias: adds a fixed bias to the logits of the listed tokens (e.g. -inf to ban one).
 // A listed token outside the vocabulary is a qk::error at apply(), raised before any logit
 // changes. Over a whole vocabulary only the listed tokens are touched.
+// Differs from llama.cpp: a token listed twice, a negative token or one outside the vocabulary is
+// an error, where llama_sampler_logit_bias_apply skips tokens it does not find and applies all of
+// a duplicate's biases to a token still at its own index but only the first to one that is not.
 #pragma once
 
 #include <algorithm>

@@ -4,6 +4,11 @@
 // vocabulary: one SIMD max pass and one counting pass; when more than 1/32 of the vocabulary
 // passes, the set becomes the floor at that logit (candidates::form::floor), which dist draws
 // from without a list, otherwise the list of those that pass.
+// Differs from llama.cpp: where fewer than min_keep pass and the min_keep best cut through equal
+// logits, the lower ids are kept (llama_sampler_min_p_apply sorts with no tie rule); its
+// threshold, max + logf(p), is the same. p above 1 with min_keep 0 keeps nothing here (the
+// selecting sampler then raises qk::error naming the empty set), where llama.cpp always keeps the
+// best candidate: min_keep 0 asks for no floor, and a p that passes nothing is a caller's error.
 #pragma once
 
 #include <algorithm>

@@ -4,11 +4,17 @@
 // token's surprise), so apply() itself changes nothing but the generator.
 // v1: from the candidates sorted by logit with softmax p, s = sum t_i b_i / sum t_i^2 over the
 // first m - 1 pairs (t_i = log((i + 2) / (i + 1)), b_i = log(p_i / p_(i+1))), stopping before a
-// pair whose p_(i+1) is 0 (its b_i would be infinite; llama.cpp lets it make s infinite and k 1),
-// e = s - 1, k = (e 2^mu / (1 - n_vocab^-e))^(1 / s); keeps the best max(k, 1) (all when there
-// is no pair or k is NaN or not below the set's size), renormalizes and draws as dist does.
+// pair whose p_(i+1) is 0 (its b_i would be infinite), e = s - 1,
+// k = (e 2^mu / (1 - n_vocab^-e))^(1 / s); keeps the best max(k, 1) (all when there is no pair or
+// k is NaN or not below the set's size), renormalizes and draws as dist does.
 // v2: from the sorted softmax, keeps the prefix of candidates with surprise <= mu (at least one),
 // renormalizes and draws.
+// Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
+// on accept(), not in apply(), so a step never accepted leaves it alone. v1 skips a pair with
+// p_(i+1) = 0, which llama.cpp lets make s infinite and k 1, and keeps everything for a k that is
+// NaN or too large for an int, where llama.cpp's int(k) is undefined. The draw is dist's over a
+// list, with qkern's generator (llama.cpp: std::discrete_distribution over std::mt19937); ties
+// rank by lower id; reset() leaves the generator alone (llama.cpp reseeds it).
 #pragma once
 
 #include <algorithm>

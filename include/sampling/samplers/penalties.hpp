@@ -3,6 +3,10 @@
 // logit multiplied by `repeat` if it is <= 0, divided by it otherwise, and then lowered by
 // c * frequency + presence. last_n = 0, or repeat = 1 with frequency = presence = 0, changes
 // nothing. Over a whole vocabulary only the tokens in the history are touched.
+// Differs from llama.cpp for last_n = -1, which here means every token accepted since reset() (a
+// window without bound): llama_sampler_init_penalties clamps a negative last_n to 0 (off), and
+// llama.cpp's callers (common_init_from_params, the server) replace -1 by the context size first.
+// Otherwise the rule is llama_sampler_penalties_apply's.
 #pragma once
 
 #include <algorithm>

@@ -4,6 +4,12 @@
 // the temperature is t - delta + 2 delta (H / log n)^exponent (the lower end clamped at 0), where
 // H is the entropy of the candidates' softmax and n their number, and the result has fresh
 // probabilities; with delta <= 0 it is temp(t).
+// Differs from llama.cpp: temp_ext keeps the set's order (a whole vocabulary becomes a list in id
+// order, not sorted), where llama_sampler_temp_ext_apply sorts the set by logit before taking the
+// entropy (llama_sampler_softmax_impl with do_sort, ties in no defined order), and its final p are
+// candidates::compute_probabilities' (within 6e-7 of exact) where llama.cpp recomputes them with
+// expf in double. temp is llama_sampler_temp_impl's rule: t <= 0 keeps the first largest logit in
+// the set's order.
 #pragma once
 
 #include <algorithm>

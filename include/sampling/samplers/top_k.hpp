@@ -3,6 +3,12 @@
 // one SIMD pass against the k-th best seen so far (a heap of k); for larger k (of finite logits)
 // the k-th token is found by counting by rank (rank_select.hpp) and only the k kept are sorted.
 // No sort of the vocabulary ever happens.
+// Differs from llama.cpp: equal logits rank by lower id, so a cut through a tie keeps the lowest
+// ids (llama_token_data_array_partial_sort(_inplace) compares logits only, leaving ties in no
+// defined order). When k covers the set nothing happens (a whole vocabulary stays in id order, a
+// list in its order), where llama_sampler_top_k_impl clamps k to the size and sorts the set: the
+// same set without a sort of the vocabulary, though a dist after it walks another order (the same
+// distribution, another token for a given uniform number).
 #pragma once
 
 #include <algorithm>

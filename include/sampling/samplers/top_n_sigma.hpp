@@ -5,6 +5,11 @@
 // m - n sigma becomes -inf (the candidates stay in the set). n <= 0, or fewer than two
 // candidates, changes nothing. Over a whole vocabulary: SIMD passes, and a copy of the logits
 // only when some must become -inf.
+// Differs from llama.cpp (llama_sampler_top_n_sigma_apply): the mean and the variance use the
+// fixed-order sums above, where llama.cpp adds floats in the set's order; NaN counts as -inf
+// (llama.cpp counts it, which makes the mean NaN and masks nothing); and the set keeps its order
+// and form, where llama.cpp ends by sorting it by logit and filling p (llama_sampler_softmax_impl
+// with do_sort): a whole vocabulary stays one, in id order, without a sort.
 #pragma once
 
 #include <cmath>

@@ -2,13 +2,17 @@
 // each weighing e = exp(logit - max), keeps the shortest prefix whose exact mass reaches p times
 // the total mass (rounded up), and at least min_keep candidates: the candidate that crosses p is
 // kept (inclusive). Masses are exact (exact_mass.hpp: e in units of 2^-48, summed in integers),
-// so the cut does not depend on an order of float additions; that is where it deliberately
-// differs from llama.cpp, which adds float probabilities in order. p >= 1 keeps everything,
-// p <= 0 the best candidate (and min_keep). The result is sorted; its p are not renormalized.
+// so the cut does not depend on an order of float additions. p >= 1 keeps everything, p <= 0 the
+// best candidate (and min_keep). The result is sorted; its p are not renormalized.
 // Over a whole vocabulary no candidate is sorted: one pass computes every weight and the total
 // mass, a few passes find the crossing token by rank (rank_select.hpp), and the set becomes the
 // prefix up to it (candidates::form::prefix), which dist draws from without a list. A list is
 // partially sorted in growing prefixes.
+// Differs from llama.cpp: llama_sampler_top_p_apply adds float probabilities (each already divided
+// by a float sum) in sorted order and compares the running sum with p, so rounding that depends on
+// that order can move its cut by a token next to p; here the exact masses decide. Equal logits
+// rank by lower id, so a cut through a tie keeps the lowest ids (llama.cpp's partial sorts leave
+// ties in no defined order).
 #pragma once
 
 #include <algorithm>

@@ -2,6 +2,11 @@
 // its entropy, orders the candidates by |-log p - H| (ascending; equal scores keep the logit
 // order) and keeps the shortest prefix of that order whose p sum to more than p (strictly), and
 // at least min_keep. p >= 1 keeps everything. The result is in that order, not sorted by logit.
+// Differs from llama.cpp: a candidate with p = 0 (a -inf logit, or one whose exp underflows) adds
+// nothing to H here and scores +inf, so it goes last. llama_sampler_typical_apply adds -p logf(p)
+// for it as well: 0 * -inf makes H NaN, every score NaN, and its std::sort then leaves an
+// unspecified order (with libstdc++: unchanged up to 16 candidates, shuffled beyond), of which it
+// keeps a prefix. Equal scores (equal logits) get no defined order there either.
 #pragma once
 
 #include <algorithm>

@@ -3,6 +3,11 @@
 // them, provided at least min_keep candidates remain. Nothing happens when probability <= 0,
 // threshold > 0.5 (at most one candidate could pass it) or fewer than two candidates remain.
 // The result is sorted by logit; its p are not renormalized.
+// Differs from llama.cpp (llama_sample_xtc_apply): the chance is a double from qkern's generator
+// (random.hpp) instead of std::uniform_real_distribution<float> over std::mt19937; equal logits
+// rank by lower id, so when the least likely candidate at or above the threshold ties with others,
+// the highest id of them is the one kept (llama.cpp's sort leaves ties in no defined order); a
+// chain's reset() leaves the generator alone (llama_sampler_xtc_reset reseeds it).
 #pragma once
 
 #include <cstdint>
