@@ -404,30 +404,63 @@ inline set_ref ref_min_p(const set_ref& in, float p, std::size_t min_keep)
     return as_list(l);
 }
 
+// floor(p total) + 1: by way of ceil, which is one more exactly when p total is not an integer.
+inline mass_ref beyond_ref(float p, mass_ref total)
+{
+    if (!(p > 0.0f)) {
+        return 1;
+    }
+    const mass_ref ceiling = share_ref(p, total);
+    int ex = 0;
+    const auto m = static_cast<std::uint64_t>(std::ldexp(std::frexp(static_cast<double>(p), &ex), 24));
+    const int s = 24 - ex;
+    const bool integral = s < 128 && ((mass_ref{m} * total) >> s << s) == mass_ref{m} * total;
+    return integral ? ceiling + 1 : ceiling;
+}
+
+// typical, from its header: weights e = exp(l - max) in the set's order; z and s summed in double
+// in 16 lanes by position; center = float(max + s / z); score |center - l| (+inf for -inf); order
+// by score, then id; keep through the first token whose running exact mass reaches
+// floor(p total) + 1, and at least min_keep.
 inline set_ref ref_typical(const set_ref& in, float p, std::size_t min_keep)
 {
     if (p >= 1.0f) {
         return unchanged(in);
     }
-    auto l = sorted_copy(in.items);
-    softmax_list(l);
-    float entropy = 0.0f;
+    const auto& l = in.items;
+    float max = -inf;
     for (const auto& t : l) {
-        if (t.p > 0.0f) {
-            entropy = entropy - strict(t.p * d_log(t.p));
+        max = t.logit > max ? t.logit : max;
+    }
+    double z[16] = {};
+    double s[16] = {};
+    mass_ref total = 0;
+    for (std::size_t i = 0; i < l.size(); ++i) {
+        const float e = d_exp(l[i].logit - max);
+        z[i % 16] += e;
+        s[i % 16] += e > 0.0f ? strict(e * (l[i].logit - max)) : 0.0f;
+        total += mass_of_ref(e);
+    }
+    for (std::size_t half = 8; half > 0; half /= 2) {
+        for (std::size_t i = 0; i < half; ++i) {
+            z[i] += z[i + half];
+            s[i] += s[i + half];
         }
     }
+    const auto center = static_cast<float>(static_cast<double>(max) + s[0] / z[0]);
     std::vector<std::pair<float, token_data>> scored;
     for (const auto& t : l) {
-        scored.emplace_back(std::fabs(-d_log(t.p) - entropy), t);
+        scored.emplace_back(t.logit == -inf ? inf : std::fabs(center - t.logit), token_data{t.id, t.logit, 0.0f});
     }
-    std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(scored.begin(), scored.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first || (a.first == b.first && a.second.id < b.second.id); });
+    const mass_ref target = beyond_ref(p, total);
     std::vector<token_data> out;
-    float sum = 0.0f;
-    for (const auto& s : scored) {
-        out.push_back(s.second);
-        sum = sum + s.second.p;
-        if (sum > p && out.size() >= min_keep) {
+    mass_ref running = 0;
+    for (const auto& [score, t] : scored) {
+        out.push_back(t);
+        running += mass_of_ref(d_exp(t.logit - max));
+        if (running >= target && out.size() >= min_keep) {
             break;
         }
     }

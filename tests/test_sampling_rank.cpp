@@ -118,8 +118,16 @@ TEST_CASE("exact mass: a share of a total is ceil(p total), and the draw's targe
             const mass_ref product = mass_ref{m} * total;
             CHECK(product <= got << s);
             CHECK(((got - 1) << s) < product);
+            // typical's strict share: the least mass above p total.
+            const mass_ref beyond = sd::mass_beyond(p, total);
+            CHECK(product < beyond << s);
+            CHECK(((beyond - 1) << s) <= product);
         }
+        CHECK(sd::mass_beyond(p, total) == beyond_ref(p, total));
     }
+    CHECK(sd::mass_beyond(0.0f, 1000) == 1);
+    CHECK(sd::mass_beyond(0.5f, 1000) == 501);
+    CHECK(sd::mass_beyond(0.5f, 1001) == 501);
     for (int i = 0; i < 20000; ++i) {
         const mass_ref total = (rng() >> (rng() % 64)) + 1; // below 2^64: exact in long double
         const double u = qk::sampling::to_unit_interval(rng());
@@ -328,6 +336,66 @@ TEST_CASE("min_p then dist over a whole vocabulary: a walk of exact masses in id
                 const auto final_set = chain.final_candidates();
                 REQUIRE(final_set.size() == kept.size());
                 CHECK(std::equal(final_set.begin(), final_set.end(), kept.begin(), [](const token_data& t, std::int32_t id) { return t.id == id; }));
+            }
+        }
+    }
+}
+
+TEST_CASE("typical then dist over a whole vocabulary: the ranked set, and a walk of exact masses in score order")
+{
+    std::uint32_t seed = 801;
+    for (const int kind : {0, 1, 2, 3, 4}) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{40}, std::size_t{1024}, std::size_t{3001}, std::size_t{60000}}) {
+            const auto x = vocabulary(n, seed++, kind);
+            set_ref whole;
+            whole.whole = true;
+            for (std::size_t i = 0; i < n; ++i) {
+                whole.items.push_back({static_cast<std::int32_t>(i), norm(x[i]), 0.0f});
+            }
+            float max = -inf;
+            for (const auto& t : whole.items) {
+                max = std::max(max, t.logit);
+            }
+            if (!(max > -inf)) {
+                continue;
+            }
+            for (const float p : {0.0f, 0.05f, 0.5f, 0.9f, 0.999f}) {
+                CAPTURE(kind);
+                CAPTURE(n);
+                CAPTURE(p);
+                const auto kept = ref_typical(whole, p, 1).items;
+                mass_ref kept_mass = 0;
+                for (const auto& t : kept) {
+                    kept_mass += mass_of_ref(d_exp(t.logit - max));
+                }
+                // The set itself: ranked, of the reference's size, listing in the reference's order.
+                qs::candidates c;
+                c.reset(x);
+                qs::typical(p).apply(c);
+                CHECK(c.current() == qs::candidates::form::ranked);
+                CHECK(c.size() == kept.size());
+                CHECK(c.logit(kept.back().id) == kept.back().logit);
+                const auto& listed = c.list();
+                REQUIRE(listed.size() == kept.size());
+                CHECK(std::equal(listed.begin(), listed.end(), kept.begin(),
+                                 [](const token_data& a, const token_data& b) { return a.id == b.id && same_bits(a.logit, b.logit); }));
+
+                const std::uint64_t dist_seed = seed * 17 + 3;
+                auto chain = qk::sampling::chain::parse("typical(p=" + std::to_string(p) + ");dist(seed=" + std::to_string(dist_seed) + ")");
+                qk::sampling::random_source uniforms(dist_seed, qk::sampling::stream::dist);
+                for (int step = 0; step < 8; ++step) {
+                    const double product = uniforms.uniform() * static_cast<double>(kept_mass);
+                    mass_ref running = 0;
+                    std::int32_t want = kept.back().id;
+                    for (const auto& t : kept) {
+                        running += mass_of_ref(d_exp(t.logit - max));
+                        if (static_cast<long double>(running) > static_cast<long double>(product)) {
+                            want = t.id;
+                            break;
+                        }
+                    }
+                    CHECK(chain.sample(x) == want);
+                }
             }
         }
     }

@@ -368,19 +368,19 @@ TEST_CASE("min_p: when fewer than min_keep pass and min_keep exceeds the set, th
     }
 }
 
-TEST_CASE("typical: by |-log p - H|, the shortest prefix with mass above p")
+TEST_CASE("typical: by |-log p - H| (then id), the shortest prefix whose exact mass exceeds p")
 {
     for (const auto& input : standard_inputs()) {
         CAPTURE(input.name);
         const std::size_t n = input.x.size();
         std::vector<std::pair<float, std::size_t>> params;
-        for (const float p : {0.2f, 0.5f, 0.9f, 0.95f, 1.0f}) {
+        for (const float p : {-1.0f, 0.0f, 0.2f, 0.5f, 0.9f, 0.95f, 1.0f}) {
             for (const std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{3}, n + 5}) {
                 params.emplace_back(p, k);
             }
         }
         if (big(input.x)) {
-            params = {{0.5f, 1}, {0.9f, 3}};
+            params = {{0.5f, 1}, {0.9f, 3}, {0.9f, 5000}};
         }
         for (const auto& prm : params) {
             const float p = prm.first;

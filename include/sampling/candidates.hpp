@@ -46,11 +46,16 @@ namespace detail {
 //    dist and greedy work on it directly;
 //  - floor: the tokens of the vocabulary (view without patches, or dense) whose logit is at least
 //    a threshold, in id order: what min_p leaves of a whole vocabulary, held as the threshold.
-//    list() filters it out (p 0) when a sampler needs one; dist and greedy work on it directly.
+//    list() filters it out (p 0) when a sampler needs one; dist and greedy work on it directly;
+//  - ranked: the tokens of the vocabulary (view without patches, or dense) that rank at or before
+//    one token by a key a sampler gave every token (key high first, then id low first), in that
+//    order: what typical leaves of a whole vocabulary, held as the keys, the bound, the weights and
+//    their exact masses as for a prefix. list() sorts it out (p 0, the logits the vocabulary's);
+//    dist draws from it directly.
 // NaN logits count as -inf throughout; a list never holds NaN.
 class candidates {
 public:
-    enum class form : std::uint8_t { view, dense, list, prefix, floor };
+    enum class form : std::uint8_t { view, dense, list, prefix, floor, ranked };
 
     candidates() = default;
 
@@ -80,9 +85,10 @@ public:
     [[nodiscard]] std::int32_t vocab_size() const noexcept { return vocab_; }
     [[nodiscard]] std::size_t size() const noexcept
     {
-        if (form_ == form::prefix || form_ == form::floor) {
+        if (form_ == form::prefix || form_ == form::floor || form_ == form::ranked) {
             if (prefix_size_ == unknown_size) {
-                prefix_size_ = detail::count_ranked<arch::vector_native>(prefix_logits(), static_cast<std::size_t>(vocab_), bound_);
+                const float* ranks = form_ == form::ranked ? keys_.data() : prefix_logits();
+                prefix_size_ = detail::count_ranked<arch::vector_native>(ranks, static_cast<std::size_t>(vocab_), bound_);
             }
             return prefix_size_;
         }
@@ -123,7 +129,7 @@ public:
 
     [[nodiscard]] float logit(std::int32_t id) const
     {
-        if (form_ == form::dense || form_ == form::prefix || form_ == form::floor) {
+        if (form_ == form::dense || form_ == form::prefix || form_ == form::floor || form_ == form::ranked) {
             return form_ == form::dense ? dense_[static_cast<std::size_t>(id)] : prefix_logits()[id];
         }
         const auto it = find_patch(id);
@@ -158,6 +164,19 @@ public:
     // into one (sorted) if needed.
     [[nodiscard]] std::vector<token_data>& list()
     {
+        if (form_ == form::ranked) {
+            list_.clear();
+            detail::filter_at_least<arch::vector_native>(keys_.data(), static_cast<std::size_t>(vocab_), bound_.logit, list_);
+            std::erase_if(list_, [this](const token_data& t) { return t.logit == bound_.logit && t.id > bound_.id; });
+            detail::sort_by_rank(list_, sort_keys_); // by key, as the logits of this list
+            const float* x = prefix_logits();
+            for (auto& t : list_) {
+                t.logit = detail::without_nan(x[t.id]);
+            }
+            form_ = form::list;
+            sorted_ = false;
+            has_probabilities_ = false;
+        }
         if (form_ == form::floor) {
             list_.clear();
             detail::filter_at_least<arch::vector_native>(prefix_logits(), static_cast<std::size_t>(vocab_), bound_.logit, list_);
@@ -322,12 +341,41 @@ public:
         has_probabilities_ = false;
     }
     [[nodiscard]] bool is_floor() const noexcept { return form_ == form::floor; }
+
+    // --- ranked form ---
+
+    // Every token's key for a ranked set about to be made: vocab_size() floats.
+    [[nodiscard]] float* keys_buffer()
+    {
+        keys_.resize(static_cast<std::size_t>(vocab_));
+        return keys_.data();
+    }
+    // Makes the set the tokens of the current whole vocabulary that rank at or before `bound` by
+    // keys_buffer()'s keys, `mass` their exact mass and `total` the vocabulary's; weights_buffer()
+    // holds every token's weight; every token of nonzero weight has a key in [lowest, highest].
+    void keep_ranked(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float lowest, float highest)
+    {
+        require_whole("keep_ranked()");
+        prefix_over_dense_ = form_ == form::dense;
+        vocabulary_mass_ = total;
+        form_ = form::ranked;
+        bound_ = bound;
+        prefix_mass_ = mass;
+        max_ = highest;
+        lowest_ = lowest;
+        prefix_size_ = unknown_size;
+        sorted_ = false;
+        has_probabilities_ = false;
+    }
+    [[nodiscard]] bool is_ranked() const noexcept { return form_ == form::ranked; }
+    [[nodiscard]] const float* ranked_keys() const noexcept { return keys_.data(); }
     [[nodiscard]] float floor_threshold() const noexcept { return bound_.logit; }
     [[nodiscard]] std::vector<std::uint64_t>& chunk_masses() noexcept { return chunk_masses_; }
     [[nodiscard]] const float* prefix_logits() const noexcept { return prefix_over_dense_ ? dense_.data() : base_; }
     [[nodiscard]] const float* prefix_weights() const noexcept { return weights_.data(); }
     [[nodiscard]] detail::rank_bound prefix_bound() const noexcept { return bound_; }
     [[nodiscard]] detail::mass_t prefix_mass() const noexcept { return prefix_mass_; }
+    // The largest logit and the smallest that weighs anything (ranked: the same of the keys).
     [[nodiscard]] float prefix_max() const noexcept { return max_; }
     [[nodiscard]] float prefix_lowest() const noexcept { return lowest_; }
     [[nodiscard]] detail::rank_scratch& rank_scratch() noexcept { return rank_scratch_; }
@@ -364,6 +412,7 @@ private:
     std::vector<float> chunk_sums_;
     std::vector<float> weights_;
     std::vector<float> exps_;
+    std::vector<float> keys_;
     detail::rank_scratch rank_scratch_;
     std::vector<std::uint64_t> sort_keys_;
     std::vector<std::uint64_t> chunk_masses_;

@@ -61,6 +61,20 @@ inline constexpr float limb_scale = 16777216.0f; // 2^24
     return q + (((q << s) != product) ? 1 : 0);
 }
 
+// floor(p * total) + 1 for p in [0, 1), exactly: the least mass that exceeds p times the total.
+[[nodiscard]] inline mass_t mass_beyond(float p, mass_t total) noexcept
+{
+    if (!(p > 0.0f)) {
+        return 1;
+    }
+    const auto bits = std::bit_cast<std::uint32_t>(p);
+    const std::uint32_t exponent = (bits >> 23) & 0xffu;
+    const std::uint32_t m = exponent == 0 ? (bits & 0x7fffffu) : ((bits & 0x7fffffu) | 0x800000u);
+    const int s = exponent == 0 ? 149 : 150 - static_cast<int>(exponent);
+    const mass_t product = mass_t{m} * total;
+    return (s >= 128 ? 0 : product >> s) + 1;
+}
+
 // A mass as a double, correctly rounded (g++ and clang convert 128-bit integers so).
 [[nodiscard]] inline double to_double(mass_t m) noexcept
 {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -349,6 +350,101 @@ template <class Arch, bool Squares>
     }
     return total;
 }
+
+// (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// typical's moments over weights e[i] = exp(x[i] - max): z = sum of e, s = sum of e (x - max)
+// (each product rounded to float; tokens of weight 0 add nothing), both in double over 16 lanes
+// (element i into lane i % 16, in order, the lanes added as a tree), so every tag and the list
+// path agree. The softmax's entropy is log z - s / z.
+template <class Arch>
+void typical_moments(const float* x, const float* e, std::size_t n, float max, double& z, double& s) noexcept
+{
+    std::array<double, sum_lanes> lz{};
+    std::array<double, sum_lanes> ls{};
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V m(max);
+        alignas(64) std::array<float, sum_lanes> weight;
+        alignas(64) std::array<float, sum_lanes> product;
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            for (std::size_t g = 0; g < sum_lanes; g += w) {
+                const V ev = V::load_unaligned(e + i + g);
+                const V d = V::load_unaligned(x + i + g) - m;
+                ev.store_aligned(weight.data() + g);
+                xsimd::select(ev > V(0.0f), opaque(ev * d), V(0.0f)).store_aligned(product.data() + g);
+            }
+            for (std::size_t l = 0; l < sum_lanes; ++l) {
+                lz[l] += static_cast<double>(weight[l]);
+                ls[l] += static_cast<double>(product[l]);
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        lz[i % sum_lanes] += static_cast<double>(e[i]);
+        ls[i % sum_lanes] += static_cast<double>(e[i] > 0.0f ? opaque(e[i] * (x[i] - max)) : 0.0f);
+    }
+    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2) {
+        for (std::size_t l = 0; l < half; ++l) {
+            lz[l] = lz[l] + lz[l + half];
+            ls[l] = ls[l] + ls[l + half];
+        }
+    }
+    z = lz[0];
+    s = ls[0];
+}
+
+// typical's rank keys: -|center - x[i]| (higher ranks first), -inf for NaN and -inf logits; the
+// largest key, and the smallest key of a token with weight e[i] > 0 (+inf when none has).
+template <class Arch>
+void distance_keys(const float* x, const float* e, std::size_t n, float center, float* keys, float& lowest, float& highest) noexcept
+{
+    constexpr float plus_infinity = std::numeric_limits<float>::infinity();
+    float lo = plus_infinity;
+    float hi = minus_infinity;
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V c(center);
+        V vlo(plus_infinity);
+        V vhi(minus_infinity);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            const V key = xsimd::select(v == v, -xsimd::abs(c - v), V(minus_infinity));
+            key.store_unaligned(keys + i);
+            vlo = xsimd::min(vlo, xsimd::select(V::load_unaligned(e + i) > V(0.0f), key, V(plus_infinity)));
+            vhi = xsimd::max(vhi, key);
+        }
+        alignas(64) float low_lanes[w];
+        alignas(64) float high_lanes[w];
+        vlo.store_aligned(low_lanes);
+        vhi.store_aligned(high_lanes);
+        for (std::size_t l = 0; l < w; ++l) {
+            lo = low_lanes[l] < lo ? low_lanes[l] : lo;
+            hi = high_lanes[l] > hi ? high_lanes[l] : hi;
+        }
+    }
+    for (; i < n; ++i) {
+        const float v = x[i];
+        const float key = v == v ? -std::fabs(center - v) : minus_infinity;
+        keys[i] = key;
+        lo = e[i] > 0.0f && key < lo ? key : lo;
+        hi = key > hi ? key : hi;
+    }
+    lowest = lo;
+    highest = hi;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // The categorical draw over a whole vocabulary from the chunk sums: the first index whose running
 // sum (in double, chunk sums first, then the elements of the chunk reached) exceeds u * total.

@@ -144,6 +144,28 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                       sd::exp_difference_total<reference>(corrected_ref.data(), n, max));
                 CHECK(std::memcmp(corrected.data(), corrected_ref.data(), n * sizeof(float)) == 0);
 
+                // typical's passes: the moments in their fixed order, the keys and their range.
+                double z = 0;
+                double s = 0;
+                double z_ref = 0;
+                double s_ref = 0;
+                sd::typical_moments<tag>(x, e.data(), n, max, z, s);
+                sd::typical_moments<reference>(x, e.data(), n, max, z_ref, s_ref);
+                CHECK(z == z_ref);
+                CHECK(s == s_ref);
+                const auto center = static_cast<float>(static_cast<double>(max) + s_ref / z_ref);
+                std::vector<float> keys(n);
+                std::vector<float> keys_ref(n);
+                float low = 0;
+                float high = 0;
+                float low_ref = 0;
+                float high_ref = 0;
+                sd::distance_keys<tag>(x, e.data(), n, center, keys.data(), low, high);
+                sd::distance_keys<reference>(x, e.data(), n, center, keys_ref.data(), low_ref, high_ref);
+                CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
+                CHECK(same_bits(low, low_ref));
+                CHECK(same_bits(high, high_ref));
+
                 for (int k = 0; k < 64; ++k) {
                     const double u = (k + 0.5) / 64.0;
                     CHECK(sd::draw<tag>(x, n, max, sums.data(), total, u) == sd::draw<reference>(x, n, max, sums_ref.data(), total_ref, u));

@@ -1,12 +1,22 @@
-// typical (locally typical sampling): with p the softmax of the candidates sorted by logit and H
-// its entropy, orders the candidates by |-log p - H| (ascending; equal scores keep the logit
-// order) and keeps the shortest prefix of that order whose p sum to more than p (strictly), and
-// at least min_keep. p >= 1 keeps everything. The result is in that order, not sorted by logit.
-// Differs from llama.cpp: a candidate with p = 0 (a -inf logit, or one whose exp underflows) adds
-// nothing to H here and scores +inf, so it goes last. llama_sampler_typical_apply adds -p logf(p)
-// for it as well: 0 * -inf makes H NaN, every score NaN, and its std::sort then leaves an
-// unspecified order (with libstdc++: unchanged up to 16 candidates, shuffled beyond), of which it
-// keeps a prefix. Equal scores (equal logits) get no defined order there either.
+// typical (locally typical sampling): with p the softmax of the candidates and H its entropy,
+// orders the candidates by |-log p - H| (ascending; equal scores: lower id first) and keeps the
+// shortest prefix of that order whose mass exceeds p times the total (strictly), and at least
+// min_keep. p >= 1 keeps everything. The result is in that order, not sorted by logit.
+// Computed as: each candidate's weight e = exp(l - max); z = sum e and s = sum e (l - max), in
+// double in one fixed order (vocabulary_scan.hpp's typical_moments), so that H = log z - s / z
+// and -log p - H = s / z - (l - max): the score is |center - l| with center = float(max + s / z)
+// (rounded once, not through log p), +inf for a -inf logit. The masses are exact_mass.hpp's
+// (e in 2^-48 units, summed in integers): the prefix must reach floor(p * total) + 1.
+// Over a whole vocabulary nothing is sorted: one pass for the weights and their mass, one for
+// the moments, one for the keys -|center - l|, a few to find the crossing token by rank
+// (rank_select.hpp); the set becomes candidates::form::ranked, which dist draws from by the
+// same search. A list is sorted by score.
+// Differs from llama.cpp: a candidate with a -inf logit adds nothing to H here and scores +inf, so
+// it goes last. llama_sampler_typical_apply adds -p logf(p) for it as well: 0 * -inf makes H NaN,
+// every score NaN, and its std::sort then leaves an unspecified order (with libstdc++: unchanged
+// up to 16 candidates, shuffled beyond), of which it keeps a prefix. Equal scores get no defined
+// order there either. Its scores come from float p and its cut from float p added in order; here
+// the moments are double sums and the cut compares exact masses.
 #pragma once
 
 #include <algorithm>
@@ -37,34 +47,47 @@ public:
         if (p_ >= 1.0f) {
             return;
         }
-        c.sort();
-        c.compute_probabilities();
+        if (c.whole_vocabulary() && apply_ranked(c)) {
+            return;
+        }
         auto& l = c.list();
-        float entropy = 0.0f;
-        for (const auto& e : l) {
-            if (e.p > 0.0f) {
-                entropy = entropy - detail::opaque(e.p * detail::log(e.p));
-            }
+        const std::size_t n = l.size();
+        logits_.resize(n);
+        weights_.resize(n);
+        keys_.resize(n);
+        float max = detail::minus_infinity;
+        for (std::size_t i = 0; i < n; ++i) {
+            logits_[i] = l[i].logit;
+            max = l[i].logit > max ? l[i].logit : max;
         }
-        scored_.resize(l.size());
-        for (std::size_t i = 0; i < l.size(); ++i) {
-            // log 0 is -inf: a zero-probability candidate scores +inf and goes last.
-            scored_[i] = {std::fabs(-detail::log(l[i].p) - entropy), l[i]};
+        c.check_max(max);
+        float lowest_logit = 0.0f;
+        const detail::mass_t total = detail::exp_mass<arch::vector_native>(logits_.data(), n, max, weights_.data(), lowest_logit);
+        const float center = center_of(logits_.data(), weights_.data(), n, max);
+        float lowest = 0.0f;
+        float highest = 0.0f;
+        detail::distance_keys<arch::vector_native>(logits_.data(), weights_.data(), n, center, keys_.data(), lowest, highest);
+        order_.resize(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            order_[i] = {keys_[i], l[i].id, static_cast<std::uint32_t>(i)};
         }
-        std::stable_sort(scored_.begin(), scored_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-        std::size_t keep = scored_.size();
-        float sum = 0.0f;
-        for (std::size_t i = 0; i < scored_.size(); ++i) {
-            sum = sum + scored_[i].second.p;
-            if (sum > p_ && i + 1 >= min_keep_) {
+        std::sort(order_.begin(), order_.end(),
+                  [](const ranked& a, const ranked& b) { return a.key > b.key || (a.key == b.key && a.id < b.id); });
+        const detail::mass_t target = detail::mass_beyond(p_, total);
+        detail::mass_t running = 0;
+        std::size_t keep = n;
+        for (std::size_t i = 0; i < n; ++i) {
+            running += detail::mass_of(weights_[order_[i].at]);
+            if (running >= target && i + 1 >= min_keep_) {
                 keep = i + 1;
                 break;
             }
         }
+        kept_.resize(keep);
         for (std::size_t i = 0; i < keep; ++i) {
-            l[i] = scored_[i].second;
+            kept_[i] = {order_[i].id, logits_[order_[i].at], 0.0f};
         }
-        l.resize(keep);
+        l.assign(kept_.begin(), kept_.end());
         c.assign_list(false);
     }
 
@@ -81,9 +104,55 @@ public:
     }
 
 private:
+    struct ranked {
+        float key;
+        std::int32_t id;
+        std::uint32_t at; // index in the list
+    };
+
+    // float(max + s / z): the logit whose score is 0 (see the header comment).
+    [[nodiscard]] static float center_of(const float* x, const float* e, std::size_t n, float max) noexcept
+    {
+        double z = 0;
+        double s = 0;
+        detail::typical_moments<arch::vector_native>(x, e, n, max, z, s);
+        return static_cast<float>(static_cast<double>(max) + s / z);
+    }
+
+    // A whole vocabulary: the crossing token by rank of its key, the set left ranked up to it.
+    // False (nothing changed) when min_keep asks for more than that: the list path then applies.
+    bool apply_ranked(candidates& c) const
+    {
+        const float* x = c.vocabulary_logits();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        const float max = detail::max_logit<arch::vector_native>(x, n);
+        c.check_max(max);
+        float* weights = c.weights_buffer();
+        float lowest_logit = 0.0f;
+        const detail::mass_t total = detail::exp_mass<arch::vector_native>(x, n, max, weights, lowest_logit);
+        const float center = center_of(x, weights, n, max);
+        float* keys = c.keys_buffer();
+        float lowest = 0.0f;
+        float highest = 0.0f;
+        detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
+        const detail::rank_position found = detail::find_by_rank<arch::vector_native, false>(
+            keys, weights, n, lowest, highest, detail::mass_beyond(p_, total), detail::everything, c.rank_scratch());
+        const detail::rank_bound bound{found.logit, found.id};
+        if (min_keep_ > 1 && detail::count_ranked<arch::vector_native>(keys, n, bound) < min_keep_) {
+            return false;
+        }
+        c.keep_ranked(bound, found.through, total, lowest, highest);
+        return true;
+    }
+
     float p_;
     std::size_t min_keep_;
-    mutable std::vector<std::pair<float, token_data>> scored_; // scratch, kept for its capacity
+    // Scratch, kept for its capacity.
+    mutable std::vector<float> logits_;
+    mutable std::vector<float> weights_;
+    mutable std::vector<float> keys_;
+    mutable std::vector<ranked> order_;
+    mutable std::vector<token_data> kept_;
 };
 
 } // namespace qk::sampling
