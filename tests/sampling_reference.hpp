@@ -530,17 +530,40 @@ set_ref ref_xtc(const set_ref& in, float probability, float threshold, std::size
     if (draw() > probability) {
         return unchanged(in);
     }
-    auto l = sorted_copy(in.items);
-    softmax_list(l);
+    float max = -inf;
+    for (const auto& t : in.items) {
+        max = std::max(max, t.logit);
+    }
+    mass_ref total = 0;
+    for (const auto& t : in.items) {
+        total += mass_of_ref(d_exp(t.logit - max));
+    }
+    const mass_ref share = threshold > 0.0f ? share_ref(threshold, total) : 0;
+    const auto passes = [&](const token_data& t) { return mass_of_ref(d_exp(t.logit - max)) >= share; };
+    const auto sorted = sorted_copy(in.items);
     std::size_t above = 0;
-    while (above < l.size() && l[above].p >= threshold) {
+    while (above < sorted.size() && passes(sorted[above])) {
         ++above;
     }
-    if (above >= 2 && l.size() - (above - 1) >= min_keep) {
-        l.erase(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(above - 1));
-        return as_list(l);
+    if (above < 2 || in.items.size() - (above - 1) < min_keep) {
+        return unchanged(in);
     }
-    return as_list(l, false);
+    // The best above - 1 go: -inf in a whole vocabulary, erased from a list; the rest keep their order.
+    std::vector<std::int32_t> gone;
+    for (std::size_t i = 0; i + 1 < above; ++i) {
+        gone.push_back(sorted[i].id);
+    }
+    const auto removed = [&gone](const token_data& t) { return std::find(gone.begin(), gone.end(), t.id) != gone.end(); };
+    set_ref out = in;
+    if (in.whole) {
+        for (auto& t : out.items) {
+            t.logit = removed(t) ? -inf : t.logit;
+        }
+        return out;
+    }
+    std::erase_if(out.items, removed);
+    out.ordered = true;
+    return out;
 }
 
 inline set_ref ref_logit_bias(set_ref in, const std::vector<std::pair<std::int32_t, float>>& biases)

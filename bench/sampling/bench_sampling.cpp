@@ -161,6 +161,10 @@ void typical_dist(benchmark::State& state) { chain_case(state, "typical(0.9);dis
 void top_k_4096_dist(benchmark::State& state) { chain_case(state, "top_k(4096);dist(seed=42)", 0); }
 void top_n_sigma_dist(benchmark::State& state) { chain_case(state, "top_n_sigma(1);dist(seed=42)", 0); }
 void min_p_dist(benchmark::State& state) { chain_case(state, "min_p(0.02);dist(seed=42)", 0); }
+// xtc draws every step (probability 1); mirostat's own truncation and draw.
+void xtc_dist(benchmark::State& state) { chain_case(state, "xtc(probability=1,threshold=0.1);dist(seed=42)", 0); }
+void mirostat_chain(benchmark::State& state) { chain_case(state, "mirostat(tau=5,eta=0.1,seed=42)", 0); }
+void mirostat_v2_chain(benchmark::State& state) { chain_case(state, "mirostat_v2(tau=5,eta=0.1,seed=42)", 0); }
 
 void vocabularies(benchmark::internal::Benchmark* b)
 {
@@ -183,3 +187,6 @@ BENCHMARK(typical_dist)->Apply(vocabularies);
 BENCHMARK(top_k_4096_dist)->Apply(vocabularies);
 BENCHMARK(top_n_sigma_dist)->Apply(vocabularies);
 BENCHMARK(min_p_dist)->Apply(vocabularies);
+BENCHMARK(xtc_dist)->Apply(vocabularies);
+BENCHMARK(mirostat_chain)->Apply(vocabularies);
+BENCHMARK(mirostat_v2_chain)->Apply(vocabularies);

@@ -1,15 +1,22 @@
 // xtc (exclude top choices): with chance `probability` per step (a uniform draw u <= probability),
 // removes every candidate whose probability is at least `threshold` except the least likely of
-// them, provided at least min_keep candidates remain. Nothing happens when probability <= 0,
+// them (the last in rank order: lowest logit, then highest id), provided at least min_keep
+// candidates remain; the others keep their order. Nothing happens when probability <= 0,
 // threshold > 0.5 (at most one candidate could pass it) or fewer than two candidates remain.
-// The result is sorted by logit; its p are not renormalized.
+// Probabilities are compared as exact masses (exact_mass.hpp): a candidate passes when the mass of
+// its weight exp(logit - max) reaches ceil(threshold * total), so no order of float additions
+// decides it. Over a whole vocabulary the removed tokens' logits become -inf and the set stays
+// whole: a max pass, an exact-mass pass and a top-k scan for the (at most 1 / threshold) that
+// pass; a list loses them in place.
 // Differs from llama.cpp (llama_sample_xtc_apply): the chance is a double from qkern's generator
-// (random.hpp) instead of std::uniform_real_distribution<float> over std::mt19937; equal logits
+// (random.hpp) instead of std::uniform_real_distribution<float> over std::mt19937; the threshold
+// is compared with exact masses, not with float probabilities from a sorted softmax; equal logits
 // rank by lower id, so when the least likely candidate at or above the threshold ties with others,
 // the highest id of them is the one kept (llama.cpp's sort leaves ties in no defined order); a
 // chain's reset() leaves the generator alone (llama_sampler_xtc_reset reseeds it).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,17 +48,36 @@ public:
         if (random_.uniform() > probability_) {
             return;
         }
-        c.sort();
-        c.compute_probabilities();
+        if (c.whole_vocabulary()) {
+            apply_whole(c);
+            return;
+        }
         auto& l = c.list();
-        std::size_t last_above = 0;
-        for (std::size_t i = 0; i < l.size() && l[i].p >= threshold_; ++i) {
-            last_above = i;
+        float max = detail::minus_infinity;
+        for (const auto& t : l) {
+            max = t.logit > max ? t.logit : max;
         }
-        if (last_above > 0 && l.size() - last_above >= min_keep_) {
-            l.erase(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(last_above));
-            c.assign_list(true);
+        c.check_max(max);
+        detail::mass_t total = 0;
+        for (const auto& t : l) {
+            total += detail::mass_of(detail::exp(t.logit - max));
         }
+        const detail::mass_t share = passing_mass(total);
+        const auto passes = [&](const token_data& t) { return detail::mass_of(detail::exp(t.logit - max)) >= share; };
+        const auto passing = static_cast<std::size_t>(std::count_if(l.begin(), l.end(), passes));
+        if (passing < 2 || l.size() - (passing - 1) < min_keep_) {
+            return;
+        }
+        // The passing candidates are the best `passing` by rank; the last of them stays.
+        const token_data* kept = nullptr;
+        for (const auto& t : l) {
+            if (passes(t) && (kept == nullptr || detail::ranks_before(*kept, t))) {
+                kept = &t;
+            }
+        }
+        const std::int32_t kept_id = kept->id;
+        std::erase_if(l, [&](const token_data& t) { return t.id != kept_id && passes(t); });
+        c.assign_list(c.sorted());
     }
 
     void reseed(std::uint64_t seed)
@@ -78,11 +104,71 @@ public:
     }
 
 private:
+    // Beyond this many passing tokens (thresholds below 1/1024) the whole vocabulary is scanned
+    // token by token instead of by a top-k scan.
+    static constexpr std::size_t most_scanned = 1024;
+
+    // The least mass that passes: ceil(threshold * total); every mass passes a threshold <= 0.
+    [[nodiscard]] detail::mass_t passing_mass(detail::mass_t total) const noexcept
+    {
+        return threshold_ > 0.0f ? detail::mass_share(threshold_, total) : 0;
+    }
+
+    // A whole vocabulary: the passing tokens are the best few, found by a top-k scan.
+    void apply_whole(candidates& c)
+    {
+        const float* x = c.vocabulary_logits();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        const float max = detail::max_logit<arch::vector_native>(x, n);
+        c.check_max(max);
+        float lowest = 0.0f;
+        const detail::mass_t total = detail::exp_mass<arch::vector_native>(x, n, max, nullptr, lowest);
+        const detail::mass_t share = passing_mass(total);
+        const auto passes = [&](float logit) { return detail::mass_of(detail::exp(logit - max)) >= share; };
+        // Each passing token weighs at least `share`, so at most total / share pass.
+        if (share == 0 || total / share > most_scanned) {
+            // Token by token; in id order, a later token ranks after an equal one.
+            std::size_t passing = 0;
+            std::size_t kept = 0;
+            float kept_logit = detail::minus_infinity;
+            for (std::size_t i = 0; i < n; ++i) {
+                const float v = detail::without_nan(x[i]);
+                if (passes(v) && (passing++ == 0 || v <= kept_logit)) {
+                    kept = i;
+                    kept_logit = v;
+                }
+            }
+            if (passing < 2 || n - (passing - 1) < min_keep_) {
+                return;
+            }
+            auto d = c.dense();
+            for (std::size_t i = 0; i < n; ++i) {
+                if (i != kept && passes(detail::without_nan(d[i]))) {
+                    d[i] = detail::minus_infinity;
+                }
+            }
+            return;
+        }
+        const auto most = static_cast<std::size_t>(total / share);
+        detail::top_k_scan<arch::vector_native>(x, n, most, best_, [](std::size_t) { return false; });
+        std::size_t passing = 0;
+        while (passing < best_.size() && passes(best_[passing].logit)) {
+            ++passing;
+        }
+        if (passing < 2 || n - (passing - 1) < min_keep_) {
+            return;
+        }
+        for (std::size_t i = 0; i + 1 < passing; ++i) {
+            c.set_logit(best_[i].id, detail::minus_infinity);
+        }
+    }
+
     float probability_;
     float threshold_;
     std::size_t min_keep_;
     std::uint64_t seed_;
     random_source random_;
+    std::vector<token_data> best_; // scratch, kept for its capacity
 };
 
 } // namespace qk::sampling
