@@ -516,12 +516,16 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
                     CHECK(m.mu() == mu); // apply() changes nothing but the generator
 
                     auto l = sorted_copy(in.items);
-                    softmax_list(l);
+                    const float max = l.front().logit;
                     float sum_tb = 0.0f;
                     float sum_tt = 0.0f;
                     for (std::size_t i = 0; i + 1 < static_cast<std::size_t>(prm.m) && i + 1 < l.size(); ++i) {
+                        const float next = exp_difference_ref(l[i + 1].logit, max);
+                        if (next == 0.0f) {
+                            break;
+                        }
                         const float t = d_log(static_cast<float>(i + 2) / static_cast<float>(i + 1));
-                        const float b = d_log(l[i].p / l[i + 1].p);
+                        const float b = d_log(exp_difference_ref(l[i].logit, max) / next);
                         sum_tb = sum_tb + strict(t * b);
                         sum_tt = sum_tt + strict(t * t);
                     }
@@ -536,11 +540,24 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
                             keep = std::max<std::size_t>(1, static_cast<std::size_t>(k));
                         }
                     }
-                    l.resize(keep);
-                    softmax_list(l);
-                    const std::size_t chosen = list_draw(l, u);
+                    std::size_t chosen = 0;
+                    if (keep < l.size()) {
+                        l.resize(keep);
+                        softmax_list(l);
+                        chosen = list_draw(l, u);
+                        check_set(c, as_list(l), true);
+                    } else {
+                        l = in.items; // everything stays as it was: dist's draw over it
+                        if (in.whole) {
+                            softmax_vocabulary(l);
+                            chosen = vocabulary_draw(sums_of(l), u);
+                        } else {
+                            softmax_list(l);
+                            chosen = list_draw(l, u);
+                        }
+                        check_set(c, unchanged(in));
+                    }
                     CHECK(c.selected() == l[chosen].id);
-                    check_set(c, as_list(l), true);
 
                     // Accepting any token applies the selected token's surprise, once.
                     const double surprise = -std::log2(static_cast<double>(l[chosen].p));
@@ -560,7 +577,7 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
     }
 }
 
-TEST_CASE("mirostat_v2: the prefix with surprise <= mu, draw, and mu updated on accept")
+TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, and mu updated on accept")
 {
     std::uint32_t seed = 1300;
     for (const auto& input : standard_inputs()) {
@@ -584,16 +601,37 @@ TEST_CASE("mirostat_v2: the prefix with surprise <= mu, draw, and mu updated on 
                     m.apply(c);
                     const double u = numbers.uniform();
                     auto l = sorted_copy(in.items);
-                    softmax_list(l);
+                    const float max = l.front().logit;
+                    mass_ref total = 0;
+                    for (const auto& t : l) {
+                        total += mass_of_ref(d_exp(t.logit - max));
+                    }
+                    const float least = d_pow(2.0f, -mu);
+                    // Probability at least `least`: a mass of at least ceil(least total).
+                    const mass_ref share = !(least > 0.0f) ? 0 : (least >= 1.0f ? total : share_ref(least, total));
                     std::size_t keep = 0;
-                    while (keep < l.size() && surprise_bits(l[keep].p) <= mu) {
+                    while (keep < l.size() && mass_of_ref(d_exp(l[keep].logit - max)) >= share) {
                         ++keep;
                     }
-                    l.resize(std::max<std::size_t>(keep, 1));
-                    softmax_list(l);
-                    const std::size_t chosen = list_draw(l, u);
+                    keep = std::max<std::size_t>(keep, 1);
+                    std::size_t chosen = 0;
+                    if (keep < l.size()) {
+                        l.resize(keep);
+                        softmax_list(l);
+                        chosen = list_draw(l, u);
+                        check_set(c, as_list(l), true);
+                    } else {
+                        l = in.items;
+                        if (in.whole) {
+                            softmax_vocabulary(l);
+                            chosen = vocabulary_draw(sums_of(l), u);
+                        } else {
+                            softmax_list(l);
+                            chosen = list_draw(l, u);
+                        }
+                        check_set(c, unchanged(in));
+                    }
                     CHECK(c.selected() == l[chosen].id);
-                    check_set(c, as_list(l), true);
                     const double surprise = -std::log2(static_cast<double>(l[chosen].p));
                     m.accept(c.selected());
                     const double expected = mu - eta * (surprise - tau);

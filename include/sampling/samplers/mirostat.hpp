@@ -2,24 +2,34 @@
 // selected tokens towards tau. Both keep mu (initially 2 tau) and update it by
 // mu -= eta (surprise - tau) when accept() follows the step that selected a token (with that
 // token's surprise), so apply() itself changes nothing but the generator.
-// v1: from the candidates sorted by logit with softmax p, s = sum t_i b_i / sum t_i^2 over the
-// first m - 1 pairs (t_i = log((i + 2) / (i + 1)), b_i = log(p_i / p_(i+1))), stopping before a
-// pair whose p_(i+1) is 0 (its b_i would be infinite), e = s - 1,
+// v1: over the best m - 1 pairs of candidates in rank order (logit high first, then id), with
+// e = exp(logit - max) as exp_difference computes it, s = sum t_i b_i / sum t_i^2
+// (t_i = log((i + 2) / (i + 1)), b_i = log(e_i / e_(i+1)): the log of the ratio of the two
+// probabilities), stopping before a pair whose e_(i+1) is 0 (b_i would be infinite), e = s - 1,
 // k = (e 2^mu / (1 - n_vocab^-e))^(1 / s); keeps the best max(k, 1) (all when there is no pair or
-// k is NaN or not below the set's size), renormalizes and draws as dist does.
-// v2: from the sorted softmax, keeps the prefix of candidates with surprise <= mu (at least one),
-// renormalizes and draws.
+// k is NaN or not below the set's size).
+// v2: keeps the candidates whose probability is at least 2^-mu (surprise <= mu; probabilities as
+// exact masses: the mass of exp(logit - max) reaches ceil(2^-mu total), 2^-mu from pow), at
+// least one: the best of them in rank order.
+// Both then draw as dist does from what they keep: the best k as a sorted list (renormalized
+// softmax, draw in that order); everything, the set as it is (a whole vocabulary in id order
+// with dist's whole-vocabulary draw and softmax's probability for the surprise, a list in its
+// order). Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best with a
+// top-k scan, v2 counts the passing tokens in a pass over the weights, and keeping k is top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
 // on accept(), not in apply(), so a step never accepted leaves it alone. v1 skips a pair with
 // p_(i+1) = 0, which llama.cpp lets make s infinite and k 1, and keeps everything for a k that is
-// NaN or too large for an int, where llama.cpp's int(k) is undefined. The draw is dist's over a
-// list, with qkern's generator (llama.cpp: std::discrete_distribution over std::mt19937); ties
-// rank by lower id; reset() leaves the generator alone (llama.cpp reseeds it).
+// NaN or too large for an int, where llama.cpp's int(k) is undefined; its b_i come from float
+// probabilities of a sorted softmax and v2's cut from float surprises, here from exponentials and
+// exact masses, so no order of additions decides them. The draw is dist's, with qkern's generator
+// (llama.cpp: std::discrete_distribution over std::mt19937); ties rank by lower id; reset()
+// leaves the generator alone (llama.cpp reseeds it).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -27,6 +37,7 @@
 #include "../parameters.hpp"
 #include "../random.hpp"
 #include "dist.hpp"
+#include "top_k.hpp"
 
 namespace qk::sampling {
 
@@ -47,9 +58,23 @@ struct mirostat_feedback {
     {
     }
 
-    // Draws from the sorted, truncated list and records the selected token's surprise.
+    // Draws as dist does from the kept set and records the selected token's surprise.
     void select(candidates& c, double u)
     {
+        if (c.whole_vocabulary()) {
+            const float* x = c.vocabulary_logits();
+            const auto n = static_cast<std::size_t>(c.vocab_size());
+            const float max = max_logit<arch::vector_native>(x, n);
+            c.check_max(max);
+            auto& sums = c.chunk_sums();
+            sums.resize(chunk_count(n));
+            const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
+            const std::size_t i = draw<arch::vector_native>(x, n, max, sums.data(), total, u);
+            c.select(static_cast<std::int32_t>(i));
+            pending_surprise = surprise(exp(x[i] - max) * static_cast<float>(1.0 / total)); // softmax's p
+            pending = true;
+            return;
+        }
         c.compute_probabilities();
         const auto& l = c.list();
         const std::size_t i = draw_index(l, u);
@@ -105,29 +130,44 @@ public:
     {
         const double u = state_.random.uniform();
         const auto n_vocab = static_cast<float>(c.vocab_size());
-        c.sort();
-        c.compute_probabilities();
-        auto& l = c.list();
-        c.check_max(l.front().logit);
+        const std::size_t size = c.size();
+        const std::size_t m = std::min(static_cast<std::size_t>(m_), size);
+        // The best m in rank order.
+        if (c.whole_vocabulary()) {
+            detail::top_k_scan<arch::vector_native>(c.vocabulary_logits(), size, m, best_, [](std::size_t) { return false; });
+        } else {
+            const auto& l = c.list();
+            best_.assign(l.begin(), l.end());
+            std::partial_sort(best_.begin(), best_.begin() + static_cast<std::ptrdiff_t>(m), best_.end(), detail::ranks_before);
+            best_.resize(m);
+        }
+        c.check_max(best_.empty() ? detail::minus_infinity : best_.front().logit);
+        const float max = best_.front().logit;
         float sum_tb = 0.0f;
         float sum_tt = 0.0f;
-        for (std::size_t i = 0; i + 1 < static_cast<std::size_t>(m_) && i + 1 < l.size() && l[i + 1].p > 0.0f; ++i) {
+        for (std::size_t i = 0; i + 1 < m; ++i) {
+            const float next = detail::exp_difference(best_[i + 1].logit, max);
+            if (!(next > 0.0f)) {
+                break;
+            }
             const float t = detail::log(static_cast<float>(i + 2) / static_cast<float>(i + 1));
-            const float b = detail::log(l[i].p / l[i + 1].p);
+            const float b = detail::log(detail::exp_difference(best_[i].logit, max) / next);
             sum_tb = sum_tb + detail::opaque(t * b);
             sum_tt = sum_tt + detail::opaque(t * t);
         }
-        std::size_t keep = l.size();
+        std::size_t keep = size;
         if (sum_tt > 0.0f) {
             const float s = sum_tb / sum_tt;
             const float e = s - 1.0f;
             const float k = detail::pow(detail::opaque(e * detail::pow(2.0f, state_.mu)) / (1.0f - detail::pow(n_vocab, -e)), 1.0f / s);
             // k may be NaN or beyond any size (a flat distribution): then everything stays.
-            if (k == k && k < static_cast<float>(l.size())) {
+            if (k == k && k < static_cast<float>(size)) {
                 keep = std::max<std::size_t>(1, static_cast<std::size_t>(k));
             }
         }
-        c.truncate(keep);
+        if (keep < size) {
+            detail::keep_top_k(c, keep);
+        }
         state_.select(c, u);
     }
 
@@ -154,6 +194,7 @@ public:
 private:
     std::int32_t m_;
     detail::mirostat_feedback state_;
+    std::vector<token_data> best_; // scratch, kept for its capacity
 };
 
 class mirostat_v2 {
@@ -172,15 +213,46 @@ public:
     void apply(candidates& c)
     {
         const double u = state_.random.uniform();
-        c.sort();
-        c.compute_probabilities();
-        auto& l = c.list();
-        c.check_max(l.front().logit);
+        const std::size_t size = c.size();
+        const float least = detail::pow(2.0f, -state_.mu); // the least probability kept
         std::size_t keep = 0;
-        while (keep < l.size() && !(detail::surprise(l[keep].p) > state_.mu)) {
-            ++keep;
+        if (c.whole_vocabulary()) {
+            const float* x = c.vocabulary_logits();
+            const float max = detail::max_logit<arch::vector_native>(x, size);
+            c.check_max(max);
+            float* weights = c.weights_buffer();
+            float lowest = 0.0f;
+            const detail::mass_t total = detail::exp_mass<arch::vector_native>(x, size, max, weights, lowest);
+            const detail::mass_t share = share_of(least, total);
+            // mass_of(e) >= share exactly when e >= share 2^-48, which needs share <= 2^48.
+            if (share <= (detail::mass_t{1} << detail::mass_bits)) {
+                const double at_least = std::ldexp(static_cast<double>(share), -detail::mass_bits);
+                float w = static_cast<float>(at_least);
+                if (static_cast<double>(w) < at_least) {
+                    w = std::nextafter(w, std::numeric_limits<float>::infinity());
+                }
+                keep = detail::count_ranked<arch::vector_native>(weights, size, {w, std::numeric_limits<std::int32_t>::max()});
+            }
+        } else {
+            const auto& l = c.list();
+            float max = detail::minus_infinity;
+            for (const auto& t : l) {
+                max = t.logit > max ? t.logit : max;
+            }
+            c.check_max(max);
+            detail::mass_t total = 0;
+            for (const auto& t : l) {
+                total += detail::mass_of(detail::exp(t.logit - max));
+            }
+            const detail::mass_t share = share_of(least, total);
+            for (const auto& t : l) {
+                keep += detail::mass_of(detail::exp(t.logit - max)) >= share ? 1 : 0;
+            }
         }
-        c.truncate(std::max<std::size_t>(keep, 1));
+        keep = std::max<std::size_t>(keep, 1);
+        if (keep < size) {
+            detail::keep_top_k(c, keep);
+        }
         state_.select(c, u);
     }
 
@@ -201,6 +273,17 @@ public:
     }
 
 private:
+    // The least mass that has probability `least`: ceil(least total); the total when least >= 1
+    // (at most a token holding all the mass passes, and one is kept anyway); 0 when least is 0
+    // or NaN (mu beyond the float range: everything passes).
+    [[nodiscard]] static detail::mass_t share_of(float least, detail::mass_t total) noexcept
+    {
+        if (!(least > 0.0f)) {
+            return 0;
+        }
+        return least >= 1.0f ? total : detail::mass_share(least, total);
+    }
+
     detail::mirostat_feedback state_;
 };
 
