@@ -486,6 +486,22 @@ TEST_CASE("xtc: removes the likely candidates but the least likely of them")
 }
 
 
+namespace {
+
+// dist's draw over a set left as it was (p filled in): a whole vocabulary's draw in id order, or
+// the list draw in the list's order.
+std::size_t draw_as_dist(std::vector<token_data>& l, bool whole, double u)
+{
+    if (whole) {
+        softmax_vocabulary(l);
+        return vocabulary_draw(sums_of(l), u);
+    }
+    softmax_list(l);
+    return list_draw(l, u);
+}
+
+} // namespace
+
 TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
 {
     struct params {
@@ -548,13 +564,7 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
                         check_set(c, as_list(l), true);
                     } else {
                         l = in.items; // everything stays as it was: dist's draw over it
-                        if (in.whole) {
-                            softmax_vocabulary(l);
-                            chosen = vocabulary_draw(sums_of(l), u);
-                        } else {
-                            softmax_list(l);
-                            chosen = list_draw(l, u);
-                        }
+                        chosen = draw_as_dist(l, in.whole, u);
                         check_set(c, unchanged(in));
                     }
                     CHECK(c.selected() == l[chosen].id);
@@ -622,13 +632,7 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
                         check_set(c, as_list(l), true);
                     } else {
                         l = in.items;
-                        if (in.whole) {
-                            softmax_vocabulary(l);
-                            chosen = vocabulary_draw(sums_of(l), u);
-                        } else {
-                            softmax_list(l);
-                            chosen = list_draw(l, u);
-                        }
+                        chosen = draw_as_dist(l, in.whole, u);
                         check_set(c, unchanged(in));
                     }
                     CHECK(c.selected() == l[chosen].id);

@@ -267,11 +267,7 @@ public:
         if (has_probabilities_) {
             return;
         }
-        float max = detail::minus_infinity;
-        for (const auto& t : l) {
-            max = t.logit > max ? t.logit : max;
-        }
-        check_max(max);
+        check_max(detail::list_max(l));
         detail::softmax_list(l, exps_);
         has_probabilities_ = true;
     }

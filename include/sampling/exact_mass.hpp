@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -59,6 +60,16 @@ inline constexpr float limb_scale = 16777216.0f; // 2^24
     }
     const mass_t q = product >> s;
     return q + (((q << s) != product) ? 1 : 0);
+}
+
+// The exact mass of a list's weights exp(logit - max).
+[[nodiscard]] inline mass_t list_mass(const std::vector<token_data>& l, float max) noexcept
+{
+    mass_t total = 0;
+    for (const auto& t : l) {
+        total += mass_of(exp(t.logit - max));
+    }
+    return total;
 }
 
 // floor(p * total) + 1 for p in [0, 1), exactly: the least mass that exceeds p times the total.

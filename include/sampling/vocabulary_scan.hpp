@@ -282,6 +282,16 @@ double exp_difference_total(float* x, std::size_t n, float max) noexcept
     return lanes[0];
 }
 
+// The largest logit of a list (which never holds NaN); -inf for an empty one.
+[[nodiscard]] inline float list_max(const std::vector<token_data>& l) noexcept
+{
+    float max = minus_infinity;
+    for (const auto& t : l) {
+        max = t.logit > max ? t.logit : max;
+    }
+    return max;
+}
+
 // candidates::compute_probabilities over a list with at least one logit above -inf and none +inf
 // (the caller checks): every p the softmax of the logits in list order, as documented there.
 // `scratch` holds the exponentials (its capacity is kept). Also the Metal host's finish of a list

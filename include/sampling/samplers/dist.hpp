@@ -52,18 +52,29 @@ namespace detail {
     return last;
 }
 
+// The draw over a whole vocabulary: the token, and its probability as softmax() gives it.
+struct vocabulary_draw {
+    std::int32_t token;
+    float p;
+};
+[[nodiscard]] inline vocabulary_draw draw_vocabulary(candidates& c, double u)
+{
+    const float* x = c.vocabulary_logits();
+    const auto n = static_cast<std::size_t>(c.vocab_size());
+    const float max = max_logit<arch::vector_native>(x, n);
+    c.check_max(max);
+    auto& sums = c.chunk_sums();
+    sums.resize(chunk_count(n));
+    const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
+    const std::size_t i = draw<arch::vector_native>(x, n, max, sums.data(), total, u);
+    return {static_cast<std::int32_t>(i), exp(x[i] - max) * static_cast<float>(1.0 / total)};
+}
+
 // Draws over whatever form the candidates have and returns the token.
 [[nodiscard]] inline std::int32_t draw_token(candidates& c, double u)
 {
     if (c.whole_vocabulary()) {
-        const float* x = c.vocabulary_logits();
-        const auto n = static_cast<std::size_t>(c.vocab_size());
-        const float max = max_logit<arch::vector_native>(x, n);
-        c.check_max(max);
-        auto& sums = c.chunk_sums();
-        sums.resize(chunk_count(n));
-        const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
-        return static_cast<std::int32_t>(draw<arch::vector_native>(x, n, max, sums.data(), total, u));
+        return draw_vocabulary(c, u).token;
     }
     if (c.is_floor()) {
         const float* x = c.prefix_logits();

@@ -66,10 +66,7 @@ public:
             return;
         }
         auto& l = c.list();
-        float max = detail::minus_infinity;
-        for (const auto& t : l) {
-            max = t.logit > max ? t.logit : max;
-        }
+        const float max = detail::list_max(l);
         if (!(max > detail::minus_infinity)) {
             return;
         }

@@ -62,16 +62,9 @@ struct mirostat_feedback {
     void select(candidates& c, double u)
     {
         if (c.whole_vocabulary()) {
-            const float* x = c.vocabulary_logits();
-            const auto n = static_cast<std::size_t>(c.vocab_size());
-            const float max = max_logit<arch::vector_native>(x, n);
-            c.check_max(max);
-            auto& sums = c.chunk_sums();
-            sums.resize(chunk_count(n));
-            const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
-            const std::size_t i = draw<arch::vector_native>(x, n, max, sums.data(), total, u);
-            c.select(static_cast<std::int32_t>(i));
-            pending_surprise = surprise(exp(x[i] - max) * static_cast<float>(1.0 / total)); // softmax's p
+            const vocabulary_draw drawn = draw_vocabulary(c, u);
+            c.select(drawn.token);
+            pending_surprise = surprise(drawn.p);
             pending = true;
             return;
         }
@@ -235,16 +228,9 @@ public:
             }
         } else {
             const auto& l = c.list();
-            float max = detail::minus_infinity;
-            for (const auto& t : l) {
-                max = t.logit > max ? t.logit : max;
-            }
+            const float max = detail::list_max(l);
             c.check_max(max);
-            detail::mass_t total = 0;
-            for (const auto& t : l) {
-                total += detail::mass_of(detail::exp(t.logit - max));
-            }
-            const detail::mass_t share = share_of(least, total);
+            const detail::mass_t share = share_of(least, detail::list_mass(l, max));
             for (const auto& t : l) {
                 keep += detail::mass_of(detail::exp(t.logit - max)) >= share ? 1 : 0;
             }

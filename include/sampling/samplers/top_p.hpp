@@ -49,14 +49,8 @@ public:
         }
         auto& l = c.list();
         c.compute_probabilities(); // kept in the result, not renormalized
-        float max = detail::minus_infinity;
-        for (const auto& t : l) {
-            max = t.logit > max ? t.logit : max;
-        }
-        detail::mass_t total = 0;
-        for (const auto& t : l) {
-            total += detail::mass_of(detail::exp(t.logit - max));
-        }
+        const float max = detail::list_max(l);
+        const detail::mass_t total = detail::list_mass(l, max);
         const detail::mass_t target = p_ > 0.0f ? detail::mass_share(p_, total) : 0;
         if (c.sorted() || l.size() <= first_prefix) {
             c.sort();

@@ -53,16 +53,9 @@ public:
             return;
         }
         auto& l = c.list();
-        float max = detail::minus_infinity;
-        for (const auto& t : l) {
-            max = t.logit > max ? t.logit : max;
-        }
+        const float max = detail::list_max(l);
         c.check_max(max);
-        detail::mass_t total = 0;
-        for (const auto& t : l) {
-            total += detail::mass_of(detail::exp(t.logit - max));
-        }
-        const detail::mass_t share = passing_mass(total);
+        const detail::mass_t share = passing_mass(detail::list_mass(l, max));
         const auto passes = [&](const token_data& t) { return detail::mass_of(detail::exp(t.logit - max)) >= share; };
         const auto passing = static_cast<std::size_t>(std::count_if(l.begin(), l.end(), passes));
         if (passing < 2 || l.size() - (passing - 1) < min_keep_) {
