@@ -169,7 +169,9 @@ QK_AVX512BW_INLINE long long scale_bits4(const Block* x) noexcept
 // scale and two values of block k, or two values of block k - 1 and block k's scale). The
 // weights' magnitudes are zeroed on the scale bytes and on the overlap (vpabsb with a mask), each
 // lane's sum is scaled by its block's scale (vpermps from the eight scales), and the scales
-// themselves come from the chunks (vpermt2w picks them out), not from separate loads.
+// themselves come from the chunks (vpermt2w picks them out), not from separate loads. The last
+// chunk's live lanes (12-15, block 7's last 16 values) are the lanes where chunk 3 holds block 7's
+// first 16, so their integer sums are added before the one conversion and scaling of the two.
 inline constexpr std::array<std::size_t, 5> q8_0_chunk_start = {0, 64, 128, 192, 208};
 
 struct q8_0_octet_layout {
@@ -205,6 +207,15 @@ inline constexpr q8_0_octet_layout q8_0_octet = [] {
     return layout;
 }();
 static_assert(sizeof(block_q8_0) == 34 && q8_0_chunk_start[4] + 64 == 8 * sizeof(block_q8_0));
+// Chunk 4 may share chunk 3's scaling: every lane with a live byte belongs to the block chunk 3's lane does.
+static_assert([] {
+    for (std::size_t j = 0; j < 16; ++j) {
+        if (((q8_0_octet.keep[4] >> (4 * j)) & 0xf) != 0 && q8_0_octet.lane_block[4][j] != q8_0_octet.lane_block[3][j]) {
+            return false;
+        }
+    }
+    return true;
+}());
 
 // Loads chunk c of eight Q8_0 blocks, kept in a register (compilers otherwise fold the load into
 // each instruction that uses it, reading it several times).
@@ -378,12 +389,10 @@ QK_TARGET_AVX512BW float dot(const block_q8_0* w, const block_q8_0* a, std::size
     const __m512i lanes1 = _mm512_loadu_si512(k::q8_0_octet.lane_block[1].data());
     const __m512i lanes2 = _mm512_loadu_si512(k::q8_0_octet.lane_block[2].data());
     const __m512i lanes3 = _mm512_loadu_si512(k::q8_0_octet.lane_block[3].data());
-    const __m512i lanes4 = _mm512_loadu_si512(k::q8_0_octet.lane_block[4].data());
     __m512 acc0 = _mm512_setzero_ps();
     __m512 acc1 = _mm512_setzero_ps();
     __m512 acc2 = _mm512_setzero_ps();
     __m512 acc3 = _mm512_setzero_ps();
-    __m512 acc4 = _mm512_setzero_ps();
     // Whole groups of eight first, then the 0-7 blocks left one at a time; the tail's bounds come
     // from blocks alone (not from where the first loop stopped), so the compiler sees b < blocks.
     const std::size_t full = blocks - blocks % 8;
@@ -397,11 +406,11 @@ QK_TARGET_AVX512BW float dot(const block_q8_0* w, const block_q8_0* a, std::size
         acc0 = k::add_scaled<Arch>(acc0, lanes0, d, k::dot_i8<Arch>(k::octet_operands<Arch>(w0, a0, 0)));
         acc1 = k::add_scaled<Arch>(acc1, lanes1, d, k::dot_i8<Arch>(k::octet_operands<Arch>(w1, a1, 1)));
         acc2 = k::add_scaled<Arch>(acc2, lanes2, d, k::dot_i8<Arch>(k::octet_operands<Arch>(w2, a2, 2)));
-        acc3 = k::add_scaled<Arch>(acc3, lanes3, d, k::dot_i8<Arch>(k::octet_operands<Arch>(w3, a3, 3)));
-        acc4 = k::add_scaled<Arch>(acc4, lanes4, d, k::dot_i8<Arch>(k::octet_operands<Arch>(w4, a4, 4)));
+        const __m512i s34 = _mm512_add_epi32(k::dot_i8<Arch>(k::octet_operands<Arch>(w3, a3, 3)), k::dot_i8<Arch>(k::octet_operands<Arch>(w4, a4, 4)));
+        acc3 = k::add_scaled<Arch>(acc3, lanes3, d, s34);
     }
     // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
-    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)), acc4)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
+    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3))) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 
