@@ -518,12 +518,18 @@ inline constexpr auto ranks_before = [](const token_data& a, const token_data& b
 };
 
 // Sorts a list in id order (as filter_at_least gives it) by ranks_before, through 64-bit keys:
-// the logit's bits made to order high first, then the id. Probabilities are not kept (they are
-// 0 in such a list).
+// the logit's bits made to order high first above the id. Probabilities are not kept (they are
+// 0 in such a list). Above 256 candidates a least-significant-digit radix sort on the logit half
+// of the keys alone (11 bits a pass, digits every key shares skipped): it is stable and the list
+// comes in id order, so ties stay by id without sorting on the ids (three passes at most instead
+// of up to eight). The key buffer holds both halves of the sort.
 inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>& keys)
 {
-    keys.resize(l.size());
-    for (std::size_t i = 0; i < l.size(); ++i) {
+    const std::size_t n = l.size();
+    keys.resize(2 * n);
+    std::uint64_t* from = keys.data();
+    std::uint64_t* to = keys.data() + n;
+    for (std::size_t i = 0; i < n; ++i) {
         const auto bits = std::bit_cast<std::uint32_t>(l[i].logit);
         if (bits == 0x80000000u) {
             // -0 would come back as +0, whose bits differ: the comparison sort keeps them.
@@ -531,20 +537,20 @@ inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>&
             return;
         }
         const std::uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-        keys[i] = (std::uint64_t{~ascending} << 32) | static_cast<std::uint32_t>(l[i].id);
+        from[i] = (std::uint64_t{~ascending} << 32) | static_cast<std::uint32_t>(l[i].id);
     }
-    if (keys.size() <= 256) {
-        std::sort(keys.begin(), keys.end());
+    if (n <= 256) {
+        std::sort(from, from + n);
     } else {
-        // Least significant digit first, 8 bits at a time, skipping digits every key shares.
-        std::vector<std::uint64_t> other(keys.size());
-        std::vector<std::uint32_t> counts(256);
-        for (int shift = 0; shift < 64; shift += 8) {
-            std::fill(counts.begin(), counts.end(), 0u);
-            for (const std::uint64_t k : keys) {
-                ++counts[(k >> shift) & 0xffu];
+        constexpr int digit_bits = 11;
+        std::array<std::uint32_t, std::size_t{1} << digit_bits> counts{};
+        for (int shift = 32; shift < 64; shift += digit_bits) {
+            const std::uint64_t mask = (std::uint64_t{1} << digit_bits) - 1;
+            counts.fill(0u);
+            for (std::size_t i = 0; i < n; ++i) {
+                ++counts[(from[i] >> shift) & mask];
             }
-            if (counts[(keys[0] >> shift) & 0xffu] == keys.size()) {
+            if (counts[(from[0] >> shift) & mask] == n) {
                 continue;
             }
             std::uint32_t sum = 0;
@@ -553,16 +559,16 @@ inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>&
                 c = sum;
                 sum += here;
             }
-            for (const std::uint64_t k : keys) {
-                other[counts[(k >> shift) & 0xffu]++] = k;
+            for (std::size_t i = 0; i < n; ++i) {
+                to[counts[(from[i] >> shift) & mask]++] = from[i];
             }
-            keys.swap(other);
+            std::swap(from, to);
         }
     }
-    for (std::size_t i = 0; i < l.size(); ++i) {
-        const auto ascending = ~static_cast<std::uint32_t>(keys[i] >> 32);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto ascending = ~static_cast<std::uint32_t>(from[i] >> 32);
         const std::uint32_t bits = (ascending & 0x80000000u) != 0 ? ascending & 0x7fffffffu : ~ascending;
-        l[i] = {static_cast<std::int32_t>(static_cast<std::uint32_t>(keys[i])), std::bit_cast<float>(bits), 0.0f};
+        l[i] = {static_cast<std::int32_t>(static_cast<std::uint32_t>(from[i])), std::bit_cast<float>(bits), 0.0f};
     }
 }
 
@@ -619,30 +625,110 @@ void top_k_scan(const float* x, std::size_t n, std::size_t k, std::vector<token_
     std::sort_heap(out.begin(), out.end(), worst_first);
 }
 
-// Appends every index with x[i] >= threshold (never NaN) to `out` in index order.
+// How many of x[0 .. n) are at least `threshold` (never NaN).
+template <class Arch>
+[[nodiscard]] std::size_t count_at_least(const float* x, std::size_t n, float threshold) noexcept
+{
+    std::size_t count = 0;
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        using I = xsimd::batch<std::int32_t, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V t(threshold);
+        // Each lane counts at most n / w < 2^31 tokens.
+        I lanes(0);
+        for (; i + w <= n; i += w) {
+            lanes += xsimd::bitwise_cast<I>(xsimd::select(V::load_unaligned(x + i) >= t, xsimd::bitwise_cast<V>(I(1)), V(0.0f)));
+        }
+        alignas(64) std::array<std::int32_t, w> parts{};
+        lanes.store_aligned(parts.data());
+        for (const std::int32_t part : parts) {
+            count += static_cast<std::size_t>(part);
+        }
+    }
+    for (; i < n; ++i) {
+        count += x[i] >= threshold ? 1 : 0;
+    }
+    return count;
+}
+
+// Appends every index with x[i] >= threshold (never NaN) to `out` in index order. The tokens are
+// counted first, so that the list grows once and each token is written without a branch (a
+// token is stored at the end and kept by moving the end on when it passes): at a few thousand
+// tokens out of tens of thousands nearly every vector holds one, and a branch per token would
+// mispredict at every one of them. AVX-512 compresses 16 tokens at a time into three registers
+// of token_data.
 template <class Arch>
 void filter_at_least(const float* x, std::size_t n, float threshold, std::vector<token_data>& out)
 {
+    static_assert(sizeof(token_data) == 12 && offsetof(token_data, id) == 0 && offsetof(token_data, logit) == 4 && offsetof(token_data, p) == 8);
+    const std::size_t start = out.size();
+    const std::size_t count = count_at_least<Arch>(x, n, threshold);
+    // Room for the unconditional stores past the last token kept (a whole vector at most).
+    constexpr std::size_t slack = 16;
+    out.resize(start + count + slack);
+    token_data* const o = out.data() + start;
+    std::size_t k = 0;
     std::size_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // Dword d of the 48 that 16 token_data take: id, logit, then p (0) of token d / 3.
+        alignas(64) static constexpr std::array<std::array<std::int32_t, 16>, 3> interleave = [] {
+            std::array<std::array<std::int32_t, 16>, 3> index{};
+            for (std::size_t d = 0; d < 48; ++d) {
+                const auto token = static_cast<std::int32_t>(d / 3);
+                index[d / 16][d % 16] = d % 3 == 0 ? token : token + 16; // ids from the first operand, logits from the second
+            }
+            return index;
+        }();
+        // The dwords that are not p (left 0).
+        constexpr std::array<__mmask16, 3> no_p = [] {
+            std::array<__mmask16, 3> mask{};
+            for (std::size_t d = 0; d < 48; ++d) {
+                mask[d / 16] = static_cast<__mmask16>(mask[d / 16] | (d % 3 != 2 ? 1u << (d % 16) : 0u));
+            }
+            return mask;
+        }();
+        const __m512 t = _mm512_set1_ps(threshold);
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i index0 = _mm512_load_si512(interleave[0].data());
+        const __m512i index1 = _mm512_load_si512(interleave[1].data());
+        const __m512i index2 = _mm512_load_si512(interleave[2].data());
+        for (; i + 16 <= n; i += 16) {
+            const __m512 v = _mm512_loadu_ps(x + i);
+            const __mmask16 in = _mm512_cmp_ps_mask(v, t, _CMP_GE_OQ);
+            if (in == 0) {
+                continue;
+            }
+            const __m512i ids = _mm512_maskz_compress_epi32(in, _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(i))));
+            const __m512i logits = _mm512_maskz_compress_epi32(in, _mm512_castps_si512(v));
+            auto* to = reinterpret_cast<char*>(o + k);
+            _mm512_storeu_si512(to, _mm512_maskz_permutex2var_epi32(no_p[0], ids, index0, logits));
+            _mm512_storeu_si512(to + 64, _mm512_maskz_permutex2var_epi32(no_p[1], ids, index1, logits));
+            _mm512_storeu_si512(to + 128, _mm512_maskz_permutex2var_epi32(no_p[2], ids, index2, logits));
+            k += static_cast<std::size_t>(__builtin_popcount(in));
+        }
+    }
+#endif
+    const auto take = [&](std::size_t from, std::size_t to) {
+        for (std::size_t j = from; j < to; ++j) {
+            o[k] = {static_cast<std::int32_t>(j), x[j], 0.0f};
+            k += x[j] >= threshold ? 1 : 0;
+        }
+    };
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
         const V t(threshold);
         for (; i + w <= n; i += w) {
             if (xsimd::any(V::load_unaligned(x + i) >= t)) {
-                for (std::size_t j = i; j < i + w; ++j) {
-                    if (x[j] >= threshold) {
-                        out.push_back({static_cast<std::int32_t>(j), x[j], 0.0f});
-                    }
-                }
+                take(i, i + w);
             }
         }
     }
-    for (; i < n; ++i) {
-        if (x[i] >= threshold) {
-            out.push_back({static_cast<std::int32_t>(i), x[i], 0.0f});
-        }
-    }
+    take(i, n);
+    out.resize(start + count);
 }
 
 } // namespace qk::sampling::detail

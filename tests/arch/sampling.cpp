@@ -186,11 +186,21 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                     CHECK(top == top_ref);
                 }
                 for (const float threshold : {-inf, 0.0f, 1.5f, max}) {
-                    std::vector<qk::sampling::token_data> kept;
-                    std::vector<qk::sampling::token_data> kept_ref;
+                    // Appended after what the list holds, in id order: a plain loop's list.
+                    const qk::sampling::token_data before{-7, 2.5f, 0.25f};
+                    std::vector<qk::sampling::token_data> expected{before};
+                    for (std::size_t i = 0; i < n; ++i) {
+                        if (x[i] >= threshold) {
+                            expected.push_back({static_cast<std::int32_t>(i), x[i], 0.0f});
+                        }
+                    }
+                    std::vector<qk::sampling::token_data> kept{before};
+                    std::vector<qk::sampling::token_data> kept_ref{before};
                     sd::filter_at_least<tag>(x, n, threshold, kept);
                     sd::filter_at_least<reference>(x, n, threshold, kept_ref);
-                    CHECK(kept == kept_ref);
+                    CHECK(kept == expected);
+                    CHECK(kept_ref == expected);
+                    CHECK(sd::count_at_least<tag>(x, n, threshold) == expected.size() - 1);
                 }
             }
         }
