@@ -251,15 +251,25 @@ TEST_CASE("sort_by_rank: the order of a comparison sort by (logit high first, id
 {
     std::mt19937 rng(3);
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{256}, std::size_t{257}, std::size_t{4096}, std::size_t{50000}}) {
-        for (int kind = 0; kind < 3; ++kind) {
+        for (int kind = 0; kind < 6; ++kind) {
             std::vector<token_data> l;
-            std::normal_distribution<float> normal(0.0f, kind == 0 ? 1.0f : 1e-30f);
+            std::normal_distribution<float> normal(0.0f, kind == 0 || kind >= 4 ? 1.0f : 1e-30f);
+            std::uniform_real_distribution<float> close(1.0f, 1.0001f);
             for (std::size_t i = 0; i < n; ++i) {
                 float v = normal(rng);
                 const unsigned r = rng() % 10;
                 v = r == 0 ? -inf : r == 1 ? 0.0f : r == 2 && kind == 1 ? -0.0f : r == 3 ? std::round(v) : v;
                 if (kind == 2) {
                     v = static_cast<float>(rng() % 3) - 1.0f; // mostly ties
+                }
+                if (kind == 3) {
+                    // Hundreds of close logits in no order and one far below: a few buckets hold them all.
+                    v = i == n / 2 ? -1e30f : close(rng);
+                }
+                if (kind >= 4) {
+                    // No -0 (rounding makes some above, and the comparison sort takes any list with one):
+                    // distinct logits, spread (4) or with -inf and ties among them (5).
+                    v = kind == 4 ? 3.0f * normal(rng) : (v == 0.0f ? 0.0f : v);
                 }
                 l.push_back({static_cast<std::int32_t>(i * 7 + rng() % 7), v, 0.0f});
             }

@@ -517,18 +517,22 @@ inline constexpr auto ranks_before = [](const token_data& a, const token_data& b
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 };
 
-// Sorts a list in id order (as filter_at_least gives it) by ranks_before, through 64-bit keys:
+// Sorts a list (in id order, as filter_at_least gives it) by ranks_before, through 64-bit keys:
 // the logit's bits made to order high first above the id. Probabilities are not kept (they are
-// 0 in such a list). Above 256 candidates a least-significant-digit radix sort on the logit half
-// of the keys alone (11 bits a pass, digits every key shares skipped): it is stable and the list
-// comes in id order, so ties stay by id without sorting on the ids (three passes at most instead
-// of up to eight). The key buffer holds both halves of the sort.
+// 0 in such a list). Above 256 candidates, a bucket sort: the logit halves of the keys, offset
+// from their smallest, spread over about one bucket per candidate by their leading bits, then
+// each bucket is put in order by whole keys (insertion sort when small; std::sort when it holds
+// many, which a cluster of close logits can make, unless a run of equal logits left it in id
+// order already): a counting pass, a scatter and a short fix-up instead of a radix sort's
+// passes, whose counters a run of equal digits serializes. The key buffer holds both halves.
 inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>& keys)
 {
     const std::size_t n = l.size();
     keys.resize(2 * n);
     std::uint64_t* from = keys.data();
     std::uint64_t* to = keys.data() + n;
+    std::uint32_t low = std::numeric_limits<std::uint32_t>::max();
+    std::uint32_t high = 0;
     for (std::size_t i = 0; i < n; ++i) {
         const auto bits = std::bit_cast<std::uint32_t>(l[i].logit);
         if (bits == 0x80000000u) {
@@ -537,38 +541,50 @@ inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>&
             return;
         }
         const std::uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-        from[i] = (std::uint64_t{~ascending} << 32) | static_cast<std::uint32_t>(l[i].id);
+        const std::uint32_t rank = ~ascending;
+        low = std::min(low, rank);
+        high = std::max(high, rank);
+        from[i] = (std::uint64_t{rank} << 32) | static_cast<std::uint32_t>(l[i].id);
     }
     if (n <= 256) {
         std::sort(from, from + n);
+        to = from;
     } else {
-        constexpr int digit_bits = 11;
-        std::array<std::uint32_t, std::size_t{1} << digit_bits> counts{};
-        for (int shift = 32; shift < 64; shift += digit_bits) {
-            const std::uint64_t mask = (std::uint64_t{1} << digit_bits) - 1;
-            counts.fill(0u);
-            for (std::size_t i = 0; i < n; ++i) {
-                ++counts[(from[i] >> shift) & mask];
+        const int bucket_bits = static_cast<int>(std::bit_width(n - 1));
+        const int shift = std::max(0, static_cast<int>(std::bit_width(high - low)) - bucket_bits);
+        const std::size_t buckets = static_cast<std::size_t>((high - low) >> shift) + 1;
+        std::vector<std::uint32_t> start(buckets + 1, 0u);
+        for (std::size_t i = 0; i < n; ++i) {
+            ++start[((static_cast<std::uint32_t>(from[i] >> 32) - low) >> shift) + 1];
+        }
+        for (std::size_t b = 0; b < buckets; ++b) {
+            start[b + 1] += start[b];
+        }
+        std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
+        for (std::size_t i = 0; i < n; ++i) {
+            to[next[(static_cast<std::uint32_t>(from[i] >> 32) - low) >> shift]++] = from[i];
+        }
+        for (std::size_t b = 0; b < buckets; ++b) {
+            std::uint64_t* first = to + start[b];
+            std::uint64_t* last = to + start[b + 1];
+            if (last - first <= 32) {
+                for (std::uint64_t* i = first + (first != last ? 1 : 0); i < last; ++i) {
+                    const std::uint64_t key = *i;
+                    std::uint64_t* j = i;
+                    for (; j > first && *(j - 1) > key; --j) {
+                        *j = *(j - 1);
+                    }
+                    *j = key;
+                }
+            } else if (!std::is_sorted(first, last)) {
+                std::sort(first, last);
             }
-            if (counts[(from[0] >> shift) & mask] == n) {
-                continue;
-            }
-            std::uint32_t sum = 0;
-            for (auto& c : counts) {
-                const std::uint32_t here = c;
-                c = sum;
-                sum += here;
-            }
-            for (std::size_t i = 0; i < n; ++i) {
-                to[counts[(from[i] >> shift) & mask]++] = from[i];
-            }
-            std::swap(from, to);
         }
     }
     for (std::size_t i = 0; i < n; ++i) {
-        const auto ascending = ~static_cast<std::uint32_t>(from[i] >> 32);
+        const auto ascending = ~static_cast<std::uint32_t>(to[i] >> 32);
         const std::uint32_t bits = (ascending & 0x80000000u) != 0 ? ascending & 0x7fffffffu : ~ascending;
-        l[i] = {static_cast<std::int32_t>(static_cast<std::uint32_t>(from[i])), std::bit_cast<float>(bits), 0.0f};
+        l[i] = {static_cast<std::int32_t>(static_cast<std::uint32_t>(to[i])), std::bit_cast<float>(bits), 0.0f};
     }
 }
 
