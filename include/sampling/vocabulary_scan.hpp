@@ -669,18 +669,18 @@ template <class Arch>
     return count;
 }
 
-// Appends every index with x[i] >= threshold (never NaN) to `out` in index order. The tokens are
-// counted first, so that the list grows once and each token is written without a branch (a
-// token is stored at the end and kept by moving the end on when it passes): at a few thousand
-// tokens out of tens of thousands nearly every vector holds one, and a branch per token would
-// mispredict at every one of them. AVX-512 compresses 16 tokens at a time into three registers
-// of token_data.
+// Appends every index with x[i] >= threshold (never NaN) to `out` in index order, `count` being
+// how many there are (count_at_least's result, or a count of the same tokens the caller already
+// has: the list is written up to it). The count lets the list grow once and each token be
+// written without a branch (a token is stored at the end and kept by moving the end on when it
+// passes): at a few thousand tokens out of tens of thousands nearly every vector holds one, and
+// a branch per token would mispredict at every one of them. AVX-512 compresses 16 tokens at a
+// time into three registers of token_data.
 template <class Arch>
-void filter_at_least(const float* x, std::size_t n, float threshold, std::vector<token_data>& out)
+void filter_at_least(const float* x, std::size_t n, float threshold, std::size_t count, std::vector<token_data>& out)
 {
     static_assert(sizeof(token_data) == 12 && offsetof(token_data, id) == 0 && offsetof(token_data, logit) == 4 && offsetof(token_data, p) == 8);
     const std::size_t start = out.size();
-    const std::size_t count = count_at_least<Arch>(x, n, threshold);
     // Room for the unconditional stores past the last token kept (a whole vector at most).
     constexpr std::size_t slack = 16;
     out.resize(start + count + slack);
@@ -745,6 +745,12 @@ void filter_at_least(const float* x, std::size_t n, float threshold, std::vector
     }
     take(i, n);
     out.resize(start + count);
+}
+
+template <class Arch>
+void filter_at_least(const float* x, std::size_t n, float threshold, std::vector<token_data>& out)
+{
+    filter_at_least<Arch>(x, n, threshold, count_at_least<Arch>(x, n, threshold), out);
 }
 
 } // namespace qk::sampling::detail

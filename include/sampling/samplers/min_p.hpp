@@ -56,7 +56,7 @@ public:
                 // Few pass (as with most real logits): a list of them is cheaper to draw from.
                 auto& out = c.list_buffer();
                 out.clear();
-                detail::filter_at_least<arch::vector_native>(x, n, threshold, out);
+                detail::filter_at_least<arch::vector_native>(x, n, threshold, passing, out); // passing: the tokens at least threshold
                 c.assign_list(false);
             } else if (min_keep_ < n) {
                 detail::keep_top_k(c, min_keep_);
