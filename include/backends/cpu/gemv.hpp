@@ -17,6 +17,7 @@
 #include "../../kernels/dot.hpp"
 #include "../../kernels/error.hpp"
 #include "../../kernels/formats.hpp"
+#include "../../kernels/prefetch.hpp"
 #include "../../kernels/quantize.hpp"
 #include "thread_pool.hpp"
 
@@ -102,16 +103,11 @@ inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
 // A mat-vec (one or two columns) reads its rows from memory no faster than the hardware
 // prefetchers bring them ahead of the dot kernel, whose loads are spread over many instructions:
-// each row asks for the bytes 4 KiB past its own first (as the tile kernels do, packed/avx2.hpp).
-// On Zen 5, one thread over 1 GiB of Q8_0 copies, 15 passes each: the median pass at 72-75% of
-// the streaming read without, 78-83% with; the best passes about the same either way. The 4-bit
-// formats gain nothing there: their dot kernels, not memory, are the limit on that machine.
-inline constexpr std::size_t gemv_prefetch_bytes = 4096;
-
+// each row asks for the bytes prefetch.hpp's distance past its own first, as the tile kernels do.
 inline void prefetch_range(const std::byte* from, const std::byte* to) noexcept
 {
     for (; from < to; from += 64) {
-        __builtin_prefetch(from, 0, 3);
+        prefetch_stream(from, 0);
     }
 }
 
@@ -143,7 +139,7 @@ void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float
                 const std::size_t row_bytes = shape.blocks_per_row * sizeof(Block);
                 // Within the task's rows: the next task's are another thread's.
                 const std::size_t ahead = static_cast<std::size_t>(task_end - first);
-                prefetch_range(first + std::min(gemv_prefetch_bytes, ahead), first + std::min(gemv_prefetch_bytes + row_bytes, ahead));
+                prefetch_range(first + std::min(stream_prefetch_bytes, ahead), first + std::min(stream_prefetch_bytes + row_bytes, ahead));
             }
             for (std::size_t c = 0; c < shape.columns; ++c) {
                 y[c * shape.rows + r] = kernels::dot<Arch>(row, scratch + c * shape.blocks_per_row, shape.blocks_per_row, Arch{});

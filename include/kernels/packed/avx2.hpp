@@ -15,6 +15,7 @@
 #include "../e8m0.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "generic.hpp"
 
@@ -80,8 +81,6 @@ QK_PACKED_AVX2_INLINE __m256 rounded(__m256 v) noexcept
     __asm__("" : "+x"(v));
     return v;
 }
-
-inline constexpr std::size_t prefetch_distance = 4096;
 
 // Vector k of rows 8h .. 8h + 7 of a code group against the N columns of a set.
 template <class Arch, class Block, std::size_t N>
@@ -167,7 +166,7 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
                 // Mat-vec streams the tile from memory; as in packed/avx512vnni.hpp.
 #pragma GCC unroll 8
                 for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
-                    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(codes) + prefetch_distance + i), _MM_HINT_T0);
+                    qk::detail::prefetch_stream(codes + i);
                 }
             }
             // The halves one after the other: with both at once, g++ shares the activation

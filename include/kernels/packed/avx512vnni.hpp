@@ -15,6 +15,7 @@
 #include "../arch.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "generic.hpp"
 
@@ -63,8 +64,6 @@ template <class Arch>
     return v;
 }
 
-inline constexpr std::size_t prefetch_distance = 4096;
-
 // Vectors 2m and 2m + 1 of a code group (values 8m .. 8m + 7 of each row), biased to unsigned.
 template <class Arch, class Block>
 [[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void decode_pair(const std::uint8_t* codes, std::size_t m, __m512i table, __m512i& even,
@@ -112,15 +111,11 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
         }
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
             if constexpr (N <= 2) {
-                // Mat-vec streams the tile from memory: ask for the group 4 KiB ahead (the
-                // tile's next codes, then its scales and the next tile, which follow it; the
-                // hardware prefetchers stop at 4 KiB pages). On Zen 5, one thread over 2 GiB of
-                // copies: 15-25% more GB/s than without; 2 KiB about the same, 1 and 16 KiB less.
+                // Mat-vec streams the tile from memory: ask for the group prefetch.hpp's distance
+                // ahead (the tile's next codes, then its scales and the next tile, which follow it).
 #pragma GCC unroll 8
                 for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
-                    // An address, not a pointer: past the last tile it points beyond the allocation,
-                    // which a prefetch may (it never faults) but pointer arithmetic may not.
-                    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(codes) + prefetch_distance + i), _MM_HINT_T0);
+                    qk::detail::prefetch_stream(codes + i);
                 }
             }
             __m512i even_sum[N];

@@ -15,6 +15,7 @@
 #include "../e8m0.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "avx2.hpp"
 #include "generic.hpp"
@@ -152,8 +153,7 @@ QK_TARGET_SSE4_2 void tile(const packed_tile<Block>& t, const std::uint8_t* entr
                 // Mat-vec streams the tile from memory; as in packed/avx2.hpp.
 #pragma GCC unroll 8
                 for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
-                    _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(codes) + packed_avx2_detail::prefetch_distance + i),
-                                 _MM_HINT_T0);
+                    qk::detail::prefetch_stream(codes + i);
                 }
             }
             for (std::size_t q = 0; q < 4; ++q) {
