@@ -590,6 +590,7 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
 TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, and mu updated on accept")
 {
     std::uint32_t seed = 1300;
+    int floors = 0; // steps that kept more than 1/32 of a whole vocabulary
     for (const auto& input : standard_inputs()) {
         if (input.x.size() > 5000) {
             continue;
@@ -623,9 +624,41 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
                     while (keep < l.size() && mass_of_ref(d_exp(l[keep].logit - max)) >= share) {
                         ++keep;
                     }
+                    const std::size_t passing = keep;
                     keep = std::max<std::size_t>(keep, 1);
                     std::size_t chosen = 0;
-                    if (keep < l.size()) {
+                    const bool finite = std::all_of(l.begin(), l.end(), [](const token_data& t) { return t.logit > -inf; });
+                    if (in.whole && finite && share > 0 && passing < l.size() && passing * 32 > l.size()) {
+                        // More than 1/32 of a whole vocabulary of finite logits: the floor, in id
+                        // order, drawn by a walk of exact masses; p the token's mass over the floor's.
+                        std::vector<token_data> kept;
+                        mass_ref kept_mass = 0;
+                        for (const auto& t : in.items) {
+                            if (mass_of_ref(d_exp(t.logit - max)) >= share) {
+                                kept.push_back(t);
+                                kept_mass += mass_of_ref(d_exp(t.logit - max));
+                            }
+                        }
+                        REQUIRE(kept.size() == keep);
+                        const double product = u * static_cast<double>(kept_mass);
+                        mass_ref running = 0;
+                        chosen = kept.size() - 1; // where rounding left the product at the total
+                        for (std::size_t i = 0; i < kept.size(); ++i) {
+                            running += mass_of_ref(d_exp(kept[i].logit - max));
+                            if (static_cast<long double>(running) > static_cast<long double>(product)) {
+                                chosen = i;
+                                break;
+                            }
+                        }
+                        kept[chosen].p = static_cast<float>(static_cast<double>(mass_of_ref(d_exp(kept[chosen].logit - max))) /
+                                                            static_cast<double>(kept_mass));
+                        l = kept;
+                        for (auto& t : kept) {
+                            t.p = 0.0f; // list() of a floor: p 0
+                        }
+                        check_set(c, as_list(kept));
+                        ++floors;
+                    } else if (keep < l.size()) {
                         l.resize(keep);
                         softmax_list(l);
                         chosen = list_draw(l, u);
@@ -646,6 +679,7 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
             }
         }
     }
+    CHECK(floors > 40); // 58 with these seeds
     // mu rises after a token less surprising than tau.
     const std::vector<float> x = {5.0f, 0.0f, 0.0f, 0.0f};
     qs::mirostat_v2 m(1.0f, 0.5f, 3);

@@ -5,10 +5,11 @@
 // chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in. Over a prefix
 // (what top_p leaves of a whole vocabulary, sorted) the running sum is the exact mass of
 // exact_mass.hpp, taken in rank order without sorting (rank_select.hpp): the first candidate whose
-// running mass exceeds u times the prefix's mass. Over a floor (what min_p leaves of a whole
-// vocabulary, in id order) likewise with exact masses, in id order: one SIMD pass for the mass of
-// each chunk of 1024 logits, then the chunk the draw lands in, token by token. Over a ranked set
-// (what typical leaves of a whole vocabulary) as over a prefix, in the order of its keys.
+// running mass exceeds u times the prefix's mass. Over a floor (what min_p, and mirostat_v2 when
+// it keeps many, leave of a whole vocabulary, in id order) likewise with exact masses, in id
+// order: one SIMD pass for the mass of each chunk of 1024 logits, then the chunk the draw lands
+// in, token by token. Over a ranked set (what typical leaves of a whole vocabulary) as over a
+// prefix, in the order of its keys.
 // Differs from llama.cpp (llama_sampler_dist_apply): u comes from qkern's generator (random.hpp)
 // instead of std::uniform_real_distribution<double> over std::mt19937, whose algorithm each
 // standard library defines, so a seed draws the same tokens with every compiler and library
@@ -70,6 +71,38 @@ struct vocabulary_draw {
     return {static_cast<std::int32_t>(i), exp(x[i] - max) * static_cast<float>(1.0 / total)};
 }
 
+// A floor's draw: the token, and the floor's exact mass (what a sampler that reports the drawn
+// token's probability divides by).
+struct floor_draw {
+    std::int32_t token;
+    mass_t total;
+};
+
+[[nodiscard]] inline floor_draw draw_floor(candidates& c, double u)
+{
+    const float* x = c.prefix_logits();
+    const auto n = static_cast<std::size_t>(c.vocab_size());
+    const float max = c.prefix_max();
+    const float threshold = c.floor_threshold();
+    auto& masses = c.chunk_masses();
+    masses.resize(chunk_count(n));
+    const mass_t total = masked_chunk_masses<arch::vector_native>(x, n, max, threshold, masses.data());
+    const mass_t target = draw_target(u, total);
+    mass_t running = 0;
+    std::size_t chunk = 0;
+    while (running + masses[chunk] < target) {
+        running += masses[chunk++];
+    }
+    for (std::size_t i = chunk * chunk_size;; ++i) {
+        if (x[i] >= threshold) {
+            running += mass_of(exp(x[i] - max));
+            if (running >= target) {
+                return {static_cast<std::int32_t>(i), total};
+            }
+        }
+    }
+}
+
 // Draws over whatever form the candidates have and returns the token.
 [[nodiscard]] inline std::int32_t draw_token(candidates& c, double u)
 {
@@ -77,26 +110,7 @@ struct vocabulary_draw {
         return draw_vocabulary(c, u).token;
     }
     if (c.is_floor()) {
-        const float* x = c.prefix_logits();
-        const auto n = static_cast<std::size_t>(c.vocab_size());
-        const float max = c.prefix_max();
-        const float threshold = c.floor_threshold();
-        auto& masses = c.chunk_masses();
-        masses.resize(chunk_count(n));
-        const mass_t target = draw_target(u, masked_chunk_masses<arch::vector_native>(x, n, max, threshold, masses.data()));
-        mass_t running = 0;
-        std::size_t chunk = 0;
-        while (running + masses[chunk] < target) {
-            running += masses[chunk++];
-        }
-        for (std::size_t i = chunk * chunk_size;; ++i) {
-            if (x[i] >= threshold) {
-                running += mass_of(exp(x[i] - max));
-                if (running >= target) {
-                    return static_cast<std::int32_t>(i);
-                }
-            }
-        }
+        return draw_floor(c, u).token;
     }
     if (c.is_prefix()) {
         const auto n = static_cast<std::size_t>(c.vocab_size());

@@ -14,8 +14,13 @@
 // Both then draw as dist does from what they keep: the best k as a sorted list (renormalized
 // softmax, draw in that order); everything, the set as it is (a whole vocabulary in id order
 // with dist's whole-vocabulary draw and softmax's probability for the surprise, a list in its
-// order). Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best with a
-// top-k scan, v2 counts the passing tokens in a pass over the weights, and keeping k is top_k's.
+// order); except that v2, keeping more than 1/32 of a whole vocabulary whose logits are all
+// finite (the search for the last kept one counts by rank), makes it the floor at that one's
+// logit (candidates::form::floor, id order: min_p's form), draws as dist draws over a floor
+// (exact masses in id order) and takes the selected token's probability as its exact mass over
+// the floor's. Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best
+// with a top-k scan, v2 counts the passing tokens in a pass over the weights, and keeping k is
+// top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
 // on accept(), not in apply(), so a step never accepted leaves it alone. v1 skips a pair with
 // p_(i+1) = 0, which llama.cpp lets make s infinite and k 1, and keeps everything for a k that is
@@ -65,6 +70,15 @@ struct mirostat_feedback {
             const vocabulary_draw drawn = draw_vocabulary(c, u);
             c.select(drawn.token);
             pending_surprise = surprise(drawn.p);
+            pending = true;
+            return;
+        }
+        if (c.is_floor()) {
+            // The drawn token's share of the floor's exact mass, its weight as the floor's own.
+            const floor_draw drawn = draw_floor(c, u);
+            const float e = exp(c.prefix_logits()[drawn.token] - c.prefix_max());
+            c.select(drawn.token);
+            pending_surprise = surprise(static_cast<float>(to_double(mass_of(e)) / to_double(drawn.total)));
             pending = true;
             return;
         }
@@ -225,6 +239,18 @@ public:
                     w = std::nextafter(w, std::numeric_limits<float>::infinity());
                 }
                 keep = detail::count_ranked<arch::vector_native>(weights, size, {w, std::numeric_limits<std::int32_t>::max()});
+                float lowest_logit = 0.0f;
+                float highest_logit = 0.0f;
+                // Many kept (w > 0: all of finite logit): the floor at the last one's logit, which
+                // its ties (of equal weight) pass with it, instead of sorting them.
+                if (w > 0.0f && keep < size && keep * floor_share > size &&
+                    detail::finite_range<arch::vector_native>(x, size, lowest_logit, highest_logit)) {
+                    const detail::rank_position last = detail::find_by_rank<arch::vector_native, true>(
+                        x, nullptr, size, lowest_logit, highest_logit, keep, detail::everything, c.rank_scratch());
+                    c.keep_at_least(last.logit, max);
+                    state_.select(c, u);
+                    return;
+                }
             }
         } else {
             const auto& l = c.list();
@@ -269,6 +295,10 @@ private:
         }
         return least >= 1.0f ? total : detail::mass_share(least, total);
     }
+
+    // More than 1/32 of the set kept makes it a floor (as min_p's): dist's draw over it is one
+    // masked pass over the vocabulary, where a list of them would be sorted first.
+    static constexpr std::size_t floor_share = 32;
 
     detail::mirostat_feedback state_;
 };
