@@ -71,10 +71,11 @@ struct vocabulary_draw {
     return {static_cast<std::int32_t>(i), exp(x[i] - max) * static_cast<float>(1.0 / total)};
 }
 
-// A floor's draw: the token, and the floor's exact mass (what a sampler that reports the drawn
-// token's probability divides by).
+// A floor's draw: the token, its exact mass and the floor's (a sampler that reports the drawn
+// token's probability divides the one by the other).
 struct floor_draw {
     std::int32_t token;
+    std::uint64_t mass;
     mass_t total;
 };
 
@@ -95,9 +96,10 @@ struct floor_draw {
     }
     for (std::size_t i = chunk * chunk_size;; ++i) {
         if (x[i] >= threshold) {
-            running += mass_of(exp(x[i] - max));
+            const std::uint64_t mass = mass_of(exp(x[i] - max));
+            running += mass;
             if (running >= target) {
-                return {static_cast<std::int32_t>(i), total};
+                return {static_cast<std::int32_t>(i), mass, total};
             }
         }
     }

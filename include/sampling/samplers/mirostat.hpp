@@ -74,11 +74,10 @@ struct mirostat_feedback {
             return;
         }
         if (c.is_floor()) {
-            // The drawn token's share of the floor's exact mass, its weight as the floor's own.
+            // The drawn token's share of the floor's exact mass.
             const floor_draw drawn = draw_floor(c, u);
-            const float e = exp(c.prefix_logits()[drawn.token] - c.prefix_max());
             c.select(drawn.token);
-            pending_surprise = surprise(static_cast<float>(to_double(mass_of(e)) / to_double(drawn.total)));
+            pending_surprise = surprise(static_cast<float>(static_cast<double>(drawn.mass) / to_double(drawn.total)));
             pending = true;
             return;
         }
