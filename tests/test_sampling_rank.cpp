@@ -165,6 +165,26 @@ TEST_CASE("rank selection: the token a full sort and walk of exact masses finds"
             CAPTURE(n);
             REQUIRE(total == total_ref);
             const float from = std::max(lowest, max - 34.0f);
+            // The histogram by logit: each bucket the exact mass of its tokens, the buckets in
+            // rank order (a token ranking before another is never in a later bucket).
+            sd::rank_histogram histogram;
+            std::vector<float> e_histogram(n);
+            float lowest_histogram = 0.0f;
+            REQUIRE(sd::exp_mass_histogram<qk::arch::vector_native>(x.data(), n, max, e_histogram.data(), lowest_histogram, histogram) ==
+                    total_ref);
+            CHECK(std::memcmp(e_histogram.data(), e.data(), n * sizeof(float)) == 0);
+            CHECK(same_bits(lowest_histogram, lowest));
+            std::vector<mass_ref> bucket_ref(sd::rank_histogram::buckets);
+            std::vector<std::pair<float, std::size_t>> ranked; // (logit, bucket)
+            for (const float v : x) {
+                const float d = (max - v) * 32.0f;
+                const auto b = static_cast<std::size_t>(d < 1023.0f ? d : 1023.0f);
+                bucket_ref[b] += mass_of_ref(d_exp(v - max));
+                ranked.emplace_back(norm(v), b);
+            }
+            CHECK(std::equal(bucket_ref.begin(), bucket_ref.end(), histogram.mass.begin()));
+            std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+            CHECK(std::is_sorted(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second < b.second; }));
             sd::rank_scratch scratch;
             std::mt19937_64 rng(seed);
             for (int k = 0; k < 24; ++k) {
@@ -174,6 +194,10 @@ TEST_CASE("rank selection: the token a full sort and walk of exact masses finds"
                 CAPTURE(static_cast<double>(target));
                 CHECK(got.id == want.first);
                 CHECK(got.through == want.second);
+                const auto got_histogram =
+                    sd::find_by_rank<qk::arch::vector_native, false>(x.data(), e.data(), n, from, max, target, sd::everything, scratch, &histogram);
+                CHECK(got_histogram.id == want.first);
+                CHECK(got_histogram.through == want.second);
                 // The same within the prefix that ends at that token.
                 const sd::rank_bound bound{got.logit, got.id};
                 const mass_ref inner = 1 + rng() % static_cast<std::uint64_t>(got.through);
@@ -181,6 +205,10 @@ TEST_CASE("rank selection: the token a full sort and walk of exact masses finds"
                 const auto want_inner = position_ref(x, max, inner, bound, false);
                 CHECK(got_inner.id == want_inner.first);
                 CHECK(got_inner.through == want_inner.second);
+                const auto got_inner_histogram =
+                    sd::find_by_rank<qk::arch::vector_native, false>(x.data(), e.data(), n, from, max, inner, bound, scratch, &histogram);
+                CHECK(got_inner_histogram.id == want_inner.first);
+                CHECK(got_inner_histogram.through == want_inner.second);
                 std::size_t count_ref = 0;
                 for (std::size_t i = 0; i < n; ++i) {
                     count_ref += norm(x[i]) > bound.logit || (x[i] == bound.logit && static_cast<std::int32_t>(i) <= bound.id) ? 1 : 0;
@@ -196,6 +224,77 @@ TEST_CASE("rank selection: the token a full sort and walk of exact masses finds"
                 }
             }
         }
+    }
+}
+
+TEST_CASE("rank histogram: buckets of 2^17 logits and more are folded before a 64-bit sum could overflow")
+{
+    // Equal logits weigh 2^48 each and all fall in bucket 0: 2^16 of them would overflow one
+    // 64-bit copy; the pass folds every 2^17 logits (2^15 per copy).
+    const std::size_t n = 3 * (std::size_t{1} << 17) + 5;
+    const std::vector<float> equal(n, 0.25f);
+    std::vector<float> e(n);
+    float lowest = 0.0f;
+    sd::rank_histogram histogram;
+    const sd::mass_t total = sd::exp_mass_histogram<qk::arch::vector_native>(equal.data(), n, 0.25f, e.data(), lowest, histogram);
+    CHECK(total == (sd::mass_t{n} << 48));
+    CHECK(histogram.mass[0] == (sd::mass_t{n} << 48));
+    CHECK(lowest == 0.25f);
+    sd::rank_scratch scratch;
+    // Every token ties: the k-th unit of 2^48 ends at token k - 1.
+    const auto found = sd::find_by_rank<qk::arch::vector_native, false>(equal.data(), e.data(), n, 0.25f, 0.25f,
+                                                                        (sd::mass_t{12345} << 48) - 7, sd::everything, scratch, &histogram);
+    CHECK(found.id == 12344);
+    CHECK(found.through == (sd::mass_t{12345} << 48));
+
+    // A normal body over as many logits: the buckets' masses against a walk in id order.
+    const auto x = vocabulary(n, 4242, 1);
+    const float max = sd::max_logit<qk::arch::generic>(x.data(), n);
+    const sd::mass_t normal_total = sd::exp_mass_histogram<qk::arch::vector_native>(x.data(), n, max, e.data(), lowest, histogram);
+    std::vector<mass_ref> bucket_ref(sd::rank_histogram::buckets);
+    mass_ref total_ref = 0;
+    for (const float v : x) {
+        const float d = (max - v) * 32.0f;
+        const mass_ref m = mass_of_ref(d_exp(v - max));
+        bucket_ref[static_cast<std::size_t>(d < 1023.0f ? d : 1023.0f)] += m;
+        total_ref += m;
+    }
+    CHECK(normal_total == total_ref);
+    CHECK(std::equal(bucket_ref.begin(), bucket_ref.end(), histogram.mass.begin()));
+
+    // By typical's keys -|center - x| (from 0 down): the same keys as distance_keys, the buckets'
+    // masses against a walk in id order, in rank order of the keys.
+    const float center = max - 2.5f;
+    std::vector<float> keys(n);
+    std::vector<float> keys_plain(n);
+    float low = 0.0f;
+    float high = 0.0f;
+    float low_plain = 0.0f;
+    float high_plain = 0.0f;
+    sd::rank_histogram by_key;
+    sd::distance_keys_histogram<qk::arch::vector_native>(x.data(), e.data(), n, center, keys.data(), low, high, by_key);
+    sd::distance_keys<qk::arch::vector_native>(x.data(), e.data(), n, center, keys_plain.data(), low_plain, high_plain);
+    CHECK(std::memcmp(keys.data(), keys_plain.data(), n * sizeof(float)) == 0);
+    CHECK(same_bits(low, low_plain));
+    CHECK(same_bits(high, high_plain));
+    std::fill(bucket_ref.begin(), bucket_ref.end(), mass_ref{0});
+    std::vector<std::pair<float, std::size_t>> ranked;
+    for (std::size_t i = 0; i < n; ++i) {
+        const float key = -std::fabs(center - x[i]);
+        const float d = (0.0f - key) * 32.0f;
+        const auto b = static_cast<std::size_t>(d < 1023.0f ? d : 1023.0f);
+        bucket_ref[b] += mass_of_ref(e[i]);
+        ranked.emplace_back(key, b);
+    }
+    CHECK(std::equal(bucket_ref.begin(), bucket_ref.end(), by_key.mass.begin()));
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    CHECK(std::is_sorted(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second < b.second; }));
+    const float from = std::max(lowest, max - 34.0f);
+    for (const mass_ref target : {mass_ref{1}, total_ref / 3, total_ref * 19 / 20, total_ref}) {
+        const auto got = sd::find_by_rank<qk::arch::vector_native, false>(x.data(), e.data(), n, from, max, target, sd::everything, scratch, &histogram);
+        const auto want = position_ref(x, max, target, sd::everything, false);
+        CHECK(got.id == want.first);
+        CHECK(got.through == want.second);
     }
 }
 

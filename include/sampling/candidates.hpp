@@ -41,7 +41,8 @@ namespace detail {
 //  - prefix: the tokens of the vocabulary (view without patches, or dense) that rank at or before
 //    one token (logit high first, then id low first), sorted: what top_p leaves of a whole
 //    vocabulary, held as that token, the vocabulary's weights exp(logit - max) and their exact
-//    mass (exact_mass.hpp) instead of a list of thousands. list() sorts it out when a sampler
+//    mass (exact_mass.hpp) instead of a list of thousands (with, when top_p built one, the
+//    histogram of those masses by logit, rank_select.hpp). list() sorts it out when a sampler
 //    needs one, each p the token's weight times float(1 / the vocabulary's exact mass); top_p,
 //    dist and greedy work on it directly;
 //  - floor: the tokens of the vocabulary (view without patches, or dense) whose logit is at least
@@ -304,11 +305,14 @@ public:
     // `bound`, `mass` their exact mass (of a whole vocabulary: `total`, the mass of all of it);
     // weights_buffer() holds every token's weight, `max` is the largest logit and `lowest` the
     // smallest that weighs anything.
-    void keep_prefix(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float max, float lowest)
+    // `histogram`: rank_histogram() holds the histogram of those weights (a prefix of a prefix
+    // keeps the one it had).
+    void keep_prefix(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float max, float lowest, bool histogram = false)
     {
         if (whole_vocabulary()) {
             prefix_over_dense_ = form_ == form::dense;
             vocabulary_mass_ = total;
+            histogram_current_ = histogram;
         } else if (form_ != form::prefix) {
             qk::detail::fail("qk::sampling::candidates::keep_prefix: the set is a list of ", list_.size(), " candidates");
         }
@@ -322,6 +326,13 @@ public:
         has_probabilities_ = false;
     }
     [[nodiscard]] bool is_prefix() const noexcept { return form_ == form::prefix; }
+    // Scratch for the histogram of a prefix (or ranked set) about to be made; the set's own (of
+    // its weights by logit, or by key), or null.
+    [[nodiscard]] detail::rank_histogram& rank_histogram() noexcept { return histogram_; }
+    [[nodiscard]] const detail::rank_histogram* prefix_histogram() const noexcept
+    {
+        return (form_ == form::prefix || form_ == form::ranked) && histogram_current_ ? &histogram_ : nullptr;
+    }
 
     // Makes the set the tokens of the current whole vocabulary whose logit is at least
     // `threshold` (at most `max`, the largest logit), in id order.
@@ -349,10 +360,12 @@ public:
     // Makes the set the tokens of the current whole vocabulary that rank at or before `bound` by
     // keys_buffer()'s keys, `mass` their exact mass and `total` the vocabulary's; weights_buffer()
     // holds every token's weight; every token of nonzero weight has a key in [lowest, highest].
-    void keep_ranked(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float lowest, float highest)
+    // `histogram`: rank_histogram() holds the histogram of the weights by key.
+    void keep_ranked(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float lowest, float highest, bool histogram = false)
     {
         require_whole("keep_ranked()");
         prefix_over_dense_ = form_ == form::dense;
+        histogram_current_ = histogram;
         vocabulary_mass_ = total;
         form_ = form::ranked;
         bound_ = bound;
@@ -410,6 +423,8 @@ private:
     std::vector<float> exps_;
     std::vector<float> keys_;
     detail::rank_scratch rank_scratch_;
+    detail::rank_histogram histogram_;
+    bool histogram_current_ = false; // histogram_ is of the prefix's (or ranked set's) weights
     std::vector<std::uint64_t> sort_keys_;
     std::vector<std::uint64_t> chunk_masses_;
     detail::rank_bound bound_;

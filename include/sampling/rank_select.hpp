@@ -1,7 +1,9 @@
 // Selection by rank without sorting: the token at which the running mass (or count) of a whole
 // vocabulary, taken in rank order (logit high first, then id low first), first reaches a target.
 // top_p's cut, the draw over a sorted set and top_k's k-th token are such positions. A few SIMD
-// passes narrow a logit range eight ways at a time, then a handful of tokens is sorted.
+// passes narrow a logit range eight ways at a time, then a handful of tokens is sorted; or, where
+// the pass that computed the weights also built a histogram of their exact masses by rank value,
+// a walk of its buckets and one pass gathering the bucket the target falls in replace the first.
 #pragma once
 
 #include <algorithm>
@@ -253,6 +255,295 @@ template <class Arch>
     return count;
 }
 
+// The exact mass of a whole vocabulary per bucket of its logits: bucket b holds the logits v with
+// trunc(min((top - v) * per_unit, buckets - 1)) = b, top the largest. A float subtraction,
+// product, minimum and truncation are monotone, so the buckets follow rank order (equal logits
+// share one); the last also takes everything more than 32 below the top (weighing below e^-32),
+// -inf and NaN. Built in the pass that computes the weights, it lets the searches by rank over
+// that vocabulary (top_p's cut, then the draw over the prefix it leaves) walk 1024 sums and
+// gather the one bucket their target falls in, where narrowing the whole vocabulary eight ways
+// per pass cost about two passes of masses over seven thresholds and a gather of an eighth.
+struct rank_histogram {
+    static constexpr std::size_t buckets = 1024;
+    static constexpr float per_unit = 32.0f; // a power of two: the product is exact
+    static constexpr float last = static_cast<float>(buckets - 1);
+
+    float top = minus_infinity;
+    std::vector<mass_t> mass;
+    std::vector<std::uint64_t> partial; // scratch of the pass, kept for its capacity
+
+    // The bucket as a float in [0, last], whose truncation is the bucket (NaN fails the comparison).
+    [[nodiscard]] static float position(float top, float v) noexcept
+    {
+        const float d = (top - v) * per_unit;
+        return d < last ? d : last;
+    }
+};
+
+// Adds blocks of (bucket, mass) pairs to a histogram: each mass goes to its bucket in one of four
+// copies (so that runs of one bucket do not wait on each other's additions), and the copies are
+// folded into the 128-bit sums every 2^17 pairs, before a 64-bit bucket of a copy could overflow
+// (2^15 masses of at most 2^48).
+class histogram_builder {
+public:
+    static constexpr std::size_t block = 256; // pairs per add()
+
+    histogram_builder(rank_histogram& h, float top) : h_(h)
+    {
+        h.top = top;
+        h.mass.assign(buckets, 0);
+        h.partial.assign(copies * buckets, 0);
+    }
+
+    void add(const std::uint32_t* bucket, const std::uint64_t* mass, std::size_t count) noexcept
+    {
+        std::uint64_t* __restrict partial = h_.partial.data();
+        std::size_t j = 0;
+        for (; j + copies <= count; j += copies) {
+            partial[bucket[j]] += mass[j];
+            partial[buckets + bucket[j + 1]] += mass[j + 1];
+            partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
+            partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
+        }
+        for (; j < count; ++j) {
+            partial[bucket[j]] += mass[j];
+        }
+        added_ += count;
+        if (added_ >= fold_every) {
+            fold();
+            std::fill(h_.partial.begin(), h_.partial.end(), std::uint64_t{0});
+            added_ = 0;
+        }
+    }
+
+    // The total mass.
+    [[nodiscard]] mass_t finish() noexcept
+    {
+        fold();
+        mass_t total = 0;
+        for (const mass_t m : h_.mass) {
+            total += m;
+        }
+        return total;
+    }
+
+private:
+    static constexpr std::size_t buckets = rank_histogram::buckets;
+    static constexpr std::size_t copies = 4;
+    static constexpr std::size_t fold_every = std::size_t{1} << 17;
+
+    void fold() noexcept
+    {
+        const std::uint64_t* partial = h_.partial.data();
+        for (std::size_t b = 0; b < buckets; ++b) {
+            h_.mass[b] += mass_t{partial[b]} + partial[buckets + b] + partial[2 * buckets + b] + partial[3 * buckets + b];
+        }
+    }
+
+    rank_histogram& h_;
+    std::size_t added_ = 0;
+};
+
+// The bucket and mass of values v[0 .. count) with weights e (count at most a builder's block).
+template <class Arch>
+void buckets_and_masses(const float* v, const float* e, std::size_t count, float top, std::uint32_t* bucket, std::uint64_t* mass) noexcept
+{
+    std::size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // floor(e 2^48) in one conversion to 64 bits: e 2^48 is exact, and truncation is floor.
+        const __m512 t = _mm512_set1_ps(top);
+        const __m512 per_unit = _mm512_set1_ps(rank_histogram::per_unit);
+        const __m512 last = _mm512_set1_ps(rank_histogram::last);
+        const __m512 unit = _mm512_set1_ps(0x1.0p48f);
+        for (; i + 16 <= count; i += 16) {
+            const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(e + i), unit);
+            _mm512_storeu_si512(mass + i, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
+            _mm512_storeu_si512(mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
+            // min_ps gives its second operand where the first is NaN, as position() does.
+            const __m512 d = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_loadu_ps(v + i)), per_unit);
+            _mm512_storeu_si512(bucket + i, _mm512_cvttps_epu32(_mm512_min_ps(d, last)));
+        }
+    }
+#endif
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        using I = simd_int<Arch>;
+        constexpr std::size_t w = V::size;
+        const V t(top);
+        const V per_unit(rank_histogram::per_unit);
+        const V last(rank_histogram::last);
+        alignas(64) std::int32_t high[w];
+        alignas(64) std::int32_t low[w];
+        for (; i + w <= count; i += w) {
+            I high_limb;
+            I low_limb;
+            limbs(V::load_unaligned(e + i), high_limb, low_limb);
+            high_limb.store_aligned(high);
+            low_limb.store_aligned(low);
+            for (std::size_t l = 0; l < w; ++l) {
+                mass[i + l] = (static_cast<std::uint64_t>(high[l]) << 24) + static_cast<std::uint64_t>(low[l]);
+            }
+            const V d = (t - V::load_unaligned(v + i)) * per_unit;
+            xsimd::batch_cast<std::int32_t>(xsimd::select(d < last, d, last)).store_unaligned(reinterpret_cast<std::int32_t*>(bucket + i));
+        }
+    }
+    for (; i < count; ++i) {
+        mass[i] = mass_of(e[i]);
+        bucket[i] = static_cast<std::uint32_t>(rank_histogram::position(top, v[i]));
+    }
+}
+
+// exp_mass (e[i] = exp(x[i] - max), stored; the total mass; `lowest` the smallest logit) and, in
+// the same pass, block by block while the block is in cache, the histogram of the masses by logit.
+template <class Arch>
+[[nodiscard]] mass_t exp_mass_histogram(const float* x, std::size_t n, float max, float* e, float& lowest, rank_histogram& h)
+{
+    constexpr std::size_t block = histogram_builder::block;
+    histogram_builder builder(h, max);
+    alignas(64) std::uint32_t bucket[block];
+    alignas(64) std::uint64_t mass[block];
+    lowest = std::numeric_limits<float>::infinity();
+    for (std::size_t begin = 0; begin < n; begin += block) {
+        const std::size_t count = std::min(block, n - begin);
+        const float* xb = x + begin;
+        float* eb = e + begin;
+        std::size_t i = 0;
+        if constexpr (!is_scalar<Arch>) {
+            using V = simd_float<Arch>;
+            constexpr std::size_t w = V::size;
+            const V m(max);
+            V low(lowest);
+            for (; i + w <= count; i += w) {
+                const V v = V::load_unaligned(xb + i);
+                low = xsimd::select(v < low, v, low); // NaN is never below
+                exp(v - m).store_unaligned(eb + i);
+            }
+            alignas(64) float lanes[w];
+            low.store_aligned(lanes);
+            for (const float l : lanes) {
+                lowest = l < lowest ? l : lowest;
+            }
+        }
+        for (; i < count; ++i) {
+            lowest = xb[i] < lowest ? xb[i] : lowest;
+            eb[i] = exp(xb[i] - max);
+        }
+        buckets_and_masses<Arch>(xb, eb, count, max, bucket, mass);
+        builder.add(bucket, mass, count);
+    }
+    return builder.finish();
+}
+
+// distance_keys (typical's keys -|center - x[i]|, stored, and their range) and, in the same pass,
+// the histogram of the masses of weights e by key, from 0 (no key is above it).
+template <class Arch>
+void distance_keys_histogram(const float* x, const float* e, std::size_t n, float center, float* keys, float& lowest, float& highest,
+                             rank_histogram& h)
+{
+    constexpr std::size_t block = histogram_builder::block;
+    histogram_builder builder(h, 0.0f);
+    alignas(64) std::uint32_t bucket[block];
+    alignas(64) std::uint64_t mass[block];
+    lowest = std::numeric_limits<float>::infinity();
+    highest = minus_infinity;
+    for (std::size_t begin = 0; begin < n; begin += block) {
+        const std::size_t count = std::min(block, n - begin);
+        float block_lowest = 0.0f;
+        float block_highest = 0.0f;
+        distance_keys<Arch>(x + begin, e + begin, count, center, keys + begin, block_lowest, block_highest);
+        lowest = block_lowest < lowest ? block_lowest : lowest;
+        highest = block_highest > highest ? block_highest : highest;
+        buckets_and_masses<Arch>(keys + begin, e + begin, count, 0.0f, bucket, mass);
+        builder.add(bucket, mass, count);
+    }
+    (void)builder.finish();
+}
+
+// Appends the tokens of histogram bucket `b` with logit >= low that rank at or before `bound` to
+// `out` (cleared for n tokens), as gather_range does for a range of logits.
+template <class Arch>
+void gather_bucket(const float* x, const float* e, std::size_t n, float top, std::size_t b, float low, rank_bound bound,
+                   token_arrays& out)
+{
+    std::int32_t* __restrict out_id = out.id.data();
+    float* __restrict out_logit = out.logit.data();
+    float* __restrict out_weight = out.weight.data();
+    const auto first = static_cast<float>(b);
+    const auto next = static_cast<float>(b + 1);
+    std::size_t k = 0;
+    const auto take = [=, &k](std::size_t from, std::size_t to) {
+        for (std::size_t i = from; i < to; ++i) {
+            const float v = x[i];
+            const float position = rank_histogram::position(top, v);
+            const auto id = static_cast<std::int32_t>(i);
+            out_id[k] = id;
+            out_logit[k] = v;
+            out_weight[k] = e[i];
+            k += static_cast<std::size_t>(position >= first) & static_cast<std::size_t>(position < next) &
+                 static_cast<std::size_t>(v >= low) & static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
+        }
+    };
+    std::size_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        const __m512 t = _mm512_set1_ps(top);
+        const __m512 per_unit = _mm512_set1_ps(rank_histogram::per_unit);
+        const __m512 last = _mm512_set1_ps(rank_histogram::last);
+        const __m512 lo = _mm512_set1_ps(low);
+        const __m512 f = _mm512_set1_ps(first);
+        const __m512 nx = _mm512_set1_ps(next);
+        const __m512 tie = _mm512_set1_ps(bound.logit);
+        const __m512i tie_id = _mm512_set1_epi32(bound.id);
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (; i + 16 <= n; i += 16) {
+            const __m512 v = _mm512_loadu_ps(x + i);
+            // min_ps gives its second operand where the first is NaN, as position() does.
+            const __m512 position = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(t, v), per_unit), last);
+            __mmask16 in = _mm512_cmp_ps_mask(position, f, _CMP_GE_OQ) & _mm512_cmp_ps_mask(position, nx, _CMP_LT_OQ) &
+                           _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
+            if (in == 0) {
+                continue;
+            }
+            const __m512i id = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(i)));
+            in &= static_cast<__mmask16>(~(_mm512_cmp_ps_mask(v, tie, _CMP_EQ_OQ) & _mm512_cmpgt_epi32_mask(id, tie_id)));
+            _mm512_storeu_si512(out_id + k, _mm512_maskz_compress_epi32(in, id));
+            _mm512_storeu_ps(out_logit + k, _mm512_maskz_compress_ps(in, v));
+            _mm512_storeu_ps(out_weight + k, _mm512_maskz_compress_ps(in, _mm512_loadu_ps(e + i)));
+            k += static_cast<std::size_t>(__builtin_popcount(in));
+        }
+    }
+#endif
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        constexpr std::size_t w = V::size;
+        const V t(top);
+        const V per_unit(rank_histogram::per_unit);
+        const V last(rank_histogram::last);
+        const V lo(low);
+        const V f(first);
+        const V nx(next);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            const V d = (t - v) * per_unit;
+            const V position = xsimd::select(d < last, d, last);
+            if (xsimd::any((position >= f) && (position < nx) && (v >= lo))) {
+                take(i, i + w);
+            }
+        }
+    }
+    take(i, n);
+    out.count = k;
+    float lowest = std::numeric_limits<float>::infinity();
+    float highest = minus_infinity;
+    for (std::size_t j = 0; j < k; ++j) {
+        lowest = out_logit[j] < lowest ? out_logit[j] : lowest;
+        highest = out_logit[j] > highest ? out_logit[j] : highest;
+    }
+    out.lowest = lowest;
+    out.highest = highest;
+}
+
 // The token at which the running mass of the tokens ranking at or before `bound` first reaches
 // `target` (at least 1 and at most their total mass), in rank order. x and e (e[i] the weight of
 // x[i], exp(x[i] - max); null when Unit, where every token weighs 1 and the mass is a count) cover
@@ -260,9 +551,12 @@ template <class Arch>
 // Each pass over the tokens still in range measures the mass above seven thresholds spread over
 // their logits, keeps the bracket the target falls in and gathers its tokens; once at most 64
 // remain, or all have one logit, they are sorted and walked.
+// With `histogram` (of these x and e; not Unit) the first pass walks its buckets instead and
+// gathers the one the target falls in.
 template <class Arch, bool Unit>
 [[nodiscard]] rank_position find_by_rank(const float* x, const float* e, std::size_t n, float lowest, float highest,
-                                         mass_t target, rank_bound bound, rank_scratch& scratch)
+                                         mass_t target, rank_bound bound, rank_scratch& scratch,
+                                         const rank_histogram* histogram = nullptr)
 {
     constexpr std::size_t few = 64;
     lowest = std::max(lowest, bound.logit);
@@ -278,6 +572,27 @@ template <class Arch, bool Unit>
     token_arrays* current = nullptr;
     int next = 0;
     bool whole = true;
+    if (histogram != nullptr && !Unit) {
+        // Buckets above the bound's hold only tokens ranking before it, and the target is at most
+        // the mass ranking at or before it, so the walk stops at the bound's bucket at the latest.
+        std::size_t b = 0;
+        while (b + 1 < rank_histogram::buckets && before + histogram->mass[b] < target) {
+            before += histogram->mass[b];
+            ++b;
+        }
+        token_arrays& out = scratch.ranges[next];
+        next ^= 1;
+        out.clear(n);
+        gather_bucket<Arch>(x, e, n, histogram->top, b, lowest, bound, out);
+        current = &out;
+        rx = out.logit.data();
+        re = out.weight.data();
+        rid = out.id.data();
+        count = out.count;
+        range_low = out.lowest;
+        range_high = out.highest;
+        whole = false;
+    }
     while (whole || (count > few && range_low < range_high)) {
         std::array<float, rank_splits> threshold;
         const float step = (range_high - range_low) / static_cast<float>(rank_splits + 1);

@@ -377,6 +377,30 @@ void typical_moments(const float* x, const float* e, std::size_t n, float max, d
     std::array<double, sum_lanes> lz{};
     std::array<double, sum_lanes> ls{};
     std::size_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // The 16 lanes as two vectors of 8 doubles, each lane still a sum in element order.
+        const __m512 m = _mm512_set1_ps(max);
+        __m512d z_low = _mm512_setzero_pd();
+        __m512d z_high = _mm512_setzero_pd();
+        __m512d s_low = _mm512_setzero_pd();
+        __m512d s_high = _mm512_setzero_pd();
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            const __m512 ev = _mm512_loadu_ps(e + i);
+            const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), m);
+            const __mmask16 weighs = _mm512_cmp_ps_mask(ev, _mm512_setzero_ps(), _CMP_GT_OQ);
+            const __m512 product = _mm512_maskz_mul_ps(weighs, ev, d); // rounded to float, as opaque() keeps it
+            z_low = _mm512_add_pd(z_low, _mm512_cvtps_pd(_mm512_castps512_ps256(ev)));
+            z_high = _mm512_add_pd(z_high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(ev, 1)));
+            s_low = _mm512_add_pd(s_low, _mm512_cvtps_pd(_mm512_castps512_ps256(product)));
+            s_high = _mm512_add_pd(s_high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(product, 1)));
+        }
+        _mm512_storeu_pd(lz.data(), z_low);
+        _mm512_storeu_pd(lz.data() + 8, z_high);
+        _mm512_storeu_pd(ls.data(), s_low);
+        _mm512_storeu_pd(ls.data() + 8, s_high);
+    }
+#endif
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;

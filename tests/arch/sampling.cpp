@@ -165,6 +165,15 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                 CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
                 CHECK(same_bits(low, low_ref));
                 CHECK(same_bits(high, high_ref));
+                // The keys' pass with the histogram by key: the same keys and range, and generic's masses.
+                sd::rank_histogram by_key;
+                sd::rank_histogram by_key_ref;
+                sd::distance_keys_histogram<tag>(x, e.data(), n, center, keys.data(), low, high, by_key);
+                sd::distance_keys_histogram<reference>(x, e.data(), n, center, keys_ref.data(), low_ref, high_ref, by_key_ref);
+                CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
+                CHECK(same_bits(low, low_ref));
+                CHECK(same_bits(high, high_ref));
+                CHECK(by_key.mass == by_key_ref.mass);
 
                 for (int k = 0; k < 64; ++k) {
                     const double u = (k + 0.5) / 64.0;
@@ -240,6 +249,18 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                 CHECK(same_bits(lowest, lowest_ref));
                 CHECK(std::memcmp(e.data(), e_ref.data(), n * sizeof(float)) == 0);
 
+                // The weights' pass with the histogram by logit: the same weights, total and
+                // lowest, and the same bucket masses, as generic's.
+                sd::rank_histogram histogram;
+                sd::rank_histogram histogram_ref;
+                std::vector<float> e_histogram(n);
+                float lowest_histogram = 0.0f;
+                CHECK(sd::exp_mass_histogram<tag>(x, n, max, e_histogram.data(), lowest_histogram, histogram) == total_ref);
+                CHECK(sd::exp_mass_histogram<reference>(x, n, max, e_ref.data(), lowest_ref, histogram_ref) == total_ref);
+                CHECK(same_bits(lowest_histogram, lowest_ref));
+                CHECK(std::memcmp(e_histogram.data(), e_ref.data(), n * sizeof(float)) == 0);
+                CHECK(histogram.mass == histogram_ref.mass);
+
                 std::array<float, sd::rank_splits> thresholds;
                 for (std::size_t j = 0; j < sd::rank_splits; ++j) {
                     thresholds[j] = max - 1.5f * static_cast<float>(j);
@@ -267,6 +288,15 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     CHECK(std::memcmp(got.weight.data(), want.weight.data(), got.count * sizeof(float)) == 0);
                     CHECK(same_bits(got.lowest, want.lowest));
                     CHECK(same_bits(got.highest, want.highest));
+                    for (const std::size_t b : {std::size_t{0}, std::size_t{17}, std::size_t{40}, sd::rank_histogram::buckets - 1}) {
+                        sd::gather_bucket<tag>(x, e.data(), n, max, b, max - 34.0f, bound, got);
+                        sd::gather_bucket<reference>(x, e.data(), n, max, b, max - 34.0f, bound, want);
+                        CAPTURE(b);
+                        REQUIRE(got.count == want.count);
+                        CHECK(std::equal(got.id.begin(), got.id.begin() + static_cast<std::ptrdiff_t>(got.count), want.id.begin()));
+                        CHECK(std::memcmp(got.logit.data(), want.logit.data(), got.count * sizeof(float)) == 0);
+                        CHECK(std::memcmp(got.weight.data(), want.weight.data(), got.count * sizeof(float)) == 0);
+                    }
                 }
 
                 const double sum = sd::finite_sum<tag, false>(x, n, 0.0f);
@@ -291,6 +321,10 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     const auto want = sd::find_by_rank<reference, false>(x, e.data(), n, from, max, target, sd::everything, scratch_ref);
                     CHECK(got.id == want.id);
                     CHECK(got.through == want.through);
+                    const auto through_histogram =
+                        sd::find_by_rank<tag, false>(x, e.data(), n, from, max, target, sd::everything, scratch, &histogram);
+                    CHECK(through_histogram.id == want.id);
+                    CHECK(through_histogram.through == want.through);
                 }
                 if (!special) {
                     for (const std::size_t k : {std::size_t{1}, n / 2 + 1, n}) {

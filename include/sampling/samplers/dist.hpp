@@ -5,11 +5,12 @@
 // chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in. Over a prefix
 // (what top_p leaves of a whole vocabulary, sorted) the running sum is the exact mass of
 // exact_mass.hpp, taken in rank order without sorting (rank_select.hpp): the first candidate whose
-// running mass exceeds u times the prefix's mass. Over a floor (what min_p, and mirostat_v2 when
+// running mass exceeds u times the prefix's mass (found through the histogram by logit top_p
+// built, when it did: a walk of its buckets and one gathering pass). Over a floor (what min_p, and mirostat_v2 when
 // it keeps many, leave of a whole vocabulary, in id order) likewise with exact masses, in id
 // order: one SIMD pass for the mass of each chunk of 1024 logits, then the chunk the draw lands
 // in, token by token. Over a ranked set (what typical leaves of a whole vocabulary) as over a
-// prefix, in the order of its keys.
+// prefix, in the order of its keys (through typical's histogram by key).
 // Differs from llama.cpp (llama_sampler_dist_apply): u comes from qkern's generator (random.hpp)
 // instead of std::uniform_real_distribution<double> over std::mt19937, whose algorithm each
 // standard library defines, so a seed draws the same tokens with every compiler and library
@@ -117,13 +118,15 @@ struct floor_draw {
     if (c.is_prefix()) {
         const auto n = static_cast<std::size_t>(c.vocab_size());
         return find_by_rank<arch::vector_native, false>(c.prefix_logits(), c.prefix_weights(), n, c.prefix_lowest(), c.prefix_max(),
-                                                        draw_target(u, c.prefix_mass()), c.prefix_bound(), c.rank_scratch())
+                                                        draw_target(u, c.prefix_mass()), c.prefix_bound(), c.rank_scratch(),
+                                                        c.prefix_histogram())
             .id;
     }
     if (c.is_ranked()) {
         const auto n = static_cast<std::size_t>(c.vocab_size());
         return find_by_rank<arch::vector_native, false>(c.ranked_keys(), c.prefix_weights(), n, c.prefix_lowest(), c.prefix_max(),
-                                                        draw_target(u, c.prefix_mass()), c.prefix_bound(), c.rank_scratch())
+                                                        draw_target(u, c.prefix_mass()), c.prefix_bound(), c.rank_scratch(),
+                                                        c.prefix_histogram())
             .id;
     }
     c.compute_probabilities();

@@ -4,10 +4,12 @@
 // kept (inclusive). Masses are exact (exact_mass.hpp: e in units of 2^-48, summed in integers),
 // so the cut does not depend on an order of float additions. p >= 1 keeps everything, p <= 0 the
 // best candidate (and min_keep). The result is sorted; its p are not renormalized.
-// Over a whole vocabulary no candidate is sorted: one pass computes every weight and the total
-// mass, a few passes find the crossing token by rank (rank_select.hpp), and the set becomes the
-// prefix up to it (candidates::form::prefix), which dist draws from without a list. A list is
-// partially sorted in growing prefixes.
+// Over a whole vocabulary no candidate is sorted: one pass computes every weight, the total mass
+// and (from 4096 logits) the exact mass of each of 1024 buckets by logit (rank_select.hpp's
+// rank_histogram); a walk of the buckets and one gathering pass over the vocabulary find the
+// crossing token's bucket and its few tokens, searched by rank; the set becomes the prefix up to
+// it (candidates::form::prefix), which dist draws from without a list, through the same
+// histogram. A list is partially sorted in growing prefixes.
 // Differs from llama.cpp: llama_sampler_top_p_apply adds float probabilities (each already divided
 // by a float sum) in sorted order and compares the running sum with p, so rounding that depends on
 // that order can move its cut by a token next to p; here the exact masses decide. Equal logits
@@ -85,6 +87,9 @@ public:
 
 private:
     static constexpr std::size_t first_prefix = 256;
+    // From this many logits, the weights' pass also builds the histogram by logit
+    // (rank_select.hpp) that the cut and the draw over the prefix search instead of the vocabulary.
+    static constexpr std::size_t histogram_from = 4096;
     // exp(-34) is below 2^-48: logits further below the maximum weigh nothing.
     static constexpr float weightless_below = 34.0f;
 
@@ -112,7 +117,9 @@ private:
         float lowest = detail::minus_infinity;
         detail::mass_t total = 0;
         detail::rank_bound bound = detail::everything;
+        const detail::rank_histogram* histogram = nullptr;
         if (c.is_prefix()) {
+            histogram = c.prefix_histogram();
             x = c.prefix_logits();
             e = c.prefix_weights();
             max = c.prefix_max();
@@ -124,13 +131,19 @@ private:
             max = detail::max_logit<arch::vector_native>(x, n);
             c.check_max(max);
             float* weights = c.weights_buffer();
-            total = detail::exp_mass<arch::vector_native>(x, n, max, weights, lowest);
+            if (n >= histogram_from) {
+                total = detail::exp_mass_histogram<arch::vector_native>(x, n, max, weights, lowest, c.rank_histogram());
+                histogram = &c.rank_histogram();
+            } else {
+                total = detail::exp_mass<arch::vector_native>(x, n, max, weights, lowest);
+            }
             lowest = std::max(lowest, max - weightless_below);
             e = weights;
         }
         detail::rank_position found;
         if (p_ > 0.0f) {
-            found = detail::find_by_rank<arch::vector_native, false>(x, e, n, lowest, max, detail::mass_share(p_, total), bound, c.rank_scratch());
+            found = detail::find_by_rank<arch::vector_native, false>(x, e, n, lowest, max, detail::mass_share(p_, total), bound, c.rank_scratch(),
+                                                                     histogram);
         } else {
             const std::size_t best = detail::find_value<arch::vector_native>(x, n, max);
             found = {static_cast<std::int32_t>(best), max, detail::mass_of(1.0f)};
@@ -154,7 +167,7 @@ private:
             }
             return;
         }
-        c.keep_prefix(cut_at, found.through, total, max, lowest);
+        c.keep_prefix(cut_at, found.through, total, max, lowest, histogram != nullptr);
     }
 
     float p_;

@@ -8,9 +8,11 @@
 // (rounded once, not through log p), +inf for a -inf logit. The masses are exact_mass.hpp's
 // (e in 2^-48 units, summed in integers): the prefix must reach floor(p * total) + 1.
 // Over a whole vocabulary nothing is sorted: one pass for the weights and their mass, one for
-// the moments, one for the keys -|center - l|, a few to find the crossing token by rank
-// (rank_select.hpp); the set becomes candidates::form::ranked, which dist draws from by the
-// same search. A list is sorted by score.
+// the moments, one for the keys -|center - l| (from 4096 logits with the exact mass of each of
+// 1024 buckets by key, rank_select.hpp's rank_histogram), then the crossing token by rank: a walk
+// of the buckets and one gathering pass (without the histogram, a few passes narrowing the keys);
+// the set becomes candidates::form::ranked, which dist draws from by the same search. A list is
+// sorted by score.
 // Differs from llama.cpp: a candidate with a -inf logit adds nothing to H here and scores +inf, so
 // it goes last. llama_sampler_typical_apply adds -p logf(p) for it as well: 0 * -inf makes H NaN,
 // every score NaN, and its std::sort then leaves an unspecified order (with libstdc++: unchanged
@@ -134,16 +136,26 @@ private:
         float* keys = c.keys_buffer();
         float lowest = 0.0f;
         float highest = 0.0f;
-        detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
+        const detail::rank_histogram* histogram = nullptr;
+        if (n >= histogram_from) {
+            detail::distance_keys_histogram<arch::vector_native>(x, weights, n, center, keys, lowest, highest, c.rank_histogram());
+            histogram = &c.rank_histogram();
+        } else {
+            detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
+        }
         const detail::rank_position found = detail::find_by_rank<arch::vector_native, false>(
-            keys, weights, n, lowest, highest, detail::mass_beyond(p_, total), detail::everything, c.rank_scratch());
+            keys, weights, n, lowest, highest, detail::mass_beyond(p_, total), detail::everything, c.rank_scratch(), histogram);
         const detail::rank_bound bound{found.logit, found.id};
         if (min_keep_ > 1 && detail::count_ranked<arch::vector_native>(keys, n, bound) < min_keep_) {
             return false;
         }
-        c.keep_ranked(bound, found.through, total, lowest, highest);
+        c.keep_ranked(bound, found.through, total, lowest, highest, histogram != nullptr);
         return true;
     }
+
+    // From this many logits, the keys' pass also builds the histogram by key (rank_select.hpp)
+    // that the cut and the draw over the ranked set search instead of the vocabulary.
+    static constexpr std::size_t histogram_from = 4096;
 
     float p_;
     std::size_t min_keep_;
