@@ -588,20 +588,27 @@ inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>&
         for (std::size_t i = 0; i < n; ++i) {
             to[next[(static_cast<std::uint32_t>(from[i] >> 32) - low) >> shift]++] = from[i];
         }
+        // Buckets of more than 32 are sorted by std::sort; then one insertion pass over the whole
+        // array puts the small ones in order: every key of an earlier bucket is smaller, so no
+        // key moves out of its bucket, and a pass over all keys branches far less often than a
+        // loop over the buckets, whose sizes vary at random.
         for (std::size_t b = 0; b < buckets; ++b) {
-            std::uint64_t* first = to + start[b];
-            std::uint64_t* last = to + start[b + 1];
-            if (last - first <= 32) {
-                for (std::uint64_t* i = first + (first != last ? 1 : 0); i < last; ++i) {
-                    const std::uint64_t key = *i;
-                    std::uint64_t* j = i;
-                    for (; j > first && *(j - 1) > key; --j) {
-                        *j = *(j - 1);
-                    }
-                    *j = key;
+            if (start[b + 1] - start[b] > 32) {
+                std::uint64_t* first = to + start[b];
+                std::uint64_t* last = to + start[b + 1];
+                if (!std::is_sorted(first, last)) {
+                    std::sort(first, last);
                 }
-            } else if (!std::is_sorted(first, last)) {
-                std::sort(first, last);
+            }
+        }
+        for (std::size_t i = 1; i < n; ++i) {
+            const std::uint64_t key = to[i];
+            if (to[i - 1] > key) {
+                std::size_t j = i;
+                for (; j > 0 && to[j - 1] > key; --j) {
+                    to[j] = to[j - 1];
+                }
+                to[j] = key;
             }
         }
     }
