@@ -189,6 +189,26 @@ template <class Arch>
     return total;
 }
 
+// exp_mass and, in the same pass (block by block, while a block is in cache), typical's moments
+// of those weights: vocabulary_scan.hpp's typical_moments, the same lanes in the same order.
+template <class Arch>
+[[nodiscard]] mass_t exp_mass_moments(const float* x, std::size_t n, float max, float* e, float& lowest, double& z, double& s) noexcept
+{
+    constexpr std::size_t block = 1024; // a multiple of 16, so that every element keeps its lane
+    moment_lanes lanes;
+    mass_t total = 0;
+    lowest = std::numeric_limits<float>::infinity();
+    for (std::size_t begin = 0; begin < n; begin += block) {
+        const std::size_t count = std::min(block, n - begin);
+        float block_lowest = 0.0f;
+        total += exp_mass<Arch>(x + begin, count, max, e + begin, block_lowest);
+        lowest = block_lowest < lowest ? block_lowest : lowest;
+        add_typical_moments<Arch>(x + begin, e + begin, count, max, lanes);
+    }
+    finish_typical_moments(lanes, z, s);
+    return total;
+}
+
 // The mass of each chunk of chunk_size logits (chunk_count(n) of them, into `masses`), counting
 // only the tokens whose logit is at least `threshold`, and their total.
 template <class Arch>

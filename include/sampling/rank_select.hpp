@@ -255,28 +255,43 @@ template <class Arch>
     return count;
 }
 
-// The exact mass of a whole vocabulary per bucket of its logits: bucket b holds the logits v with
-// trunc(min((top - v) * per_unit, buckets - 1)) = b, top the largest. A float subtraction,
-// product, minimum and truncation are monotone, so the buckets follow rank order (equal logits
-// share one); the last also takes everything more than 32 below the top (weighing below e^-32),
-// -inf and NaN. Built in the pass that computes the weights, it lets the searches by rank over
+// The exact mass of a whole vocabulary per bucket of its logits (or other rank values, such as
+// typical's keys): bucket b holds the values v with trunc(min((top - v) * per_unit, buckets - 1))
+// = b, top at least the largest, per_unit a power of two (so the product is exact) that spreads
+// the range of the values that weigh anything over the buckets. A float subtraction, product,
+// minimum and truncation are monotone, so the buckets follow rank order (equal values share one);
+// the last also takes everything below the range, -inf and NaN. Built in the pass that computes the weights, it lets the searches by rank over
 // that vocabulary (top_p's cut, then the draw over the prefix it leaves) walk 1024 sums and
 // gather the one bucket their target falls in, where narrowing the whole vocabulary eight ways
 // per pass cost about two passes of masses over seven thresholds and a gather of an eighth.
 struct rank_histogram {
     static constexpr std::size_t buckets = 1024;
-    static constexpr float per_unit = 32.0f; // a power of two: the product is exact
     static constexpr float last = static_cast<float>(buckets - 1);
 
     float top = minus_infinity;
+    float per_unit = 32.0f;
     std::vector<mass_t> mass;
     std::vector<std::uint64_t> partial; // scratch of the pass, kept for its capacity
 
     // The bucket as a float in [0, last], whose truncation is the bucket (NaN fails the comparison).
-    [[nodiscard]] static float position(float top, float v) noexcept
+    [[nodiscard]] float position(float v) const noexcept
     {
         const float d = (top - v) * per_unit;
         return d < last ? d : last;
+    }
+
+    // The power of two (from 2^-8 to 2^16) that spreads `range` over the most buckets; 32 when the
+    // range is 0 or not finite.
+    [[nodiscard]] static float unit_for(float range) noexcept
+    {
+        if (!(range > 0.0f) || !(range < std::numeric_limits<float>::infinity())) {
+            return 32.0f;
+        }
+        float unit = 0x1.0p-8f;
+        while (unit < 0x1.0p16f && 2.0f * unit * range <= last) {
+            unit *= 2.0f;
+        }
+        return unit;
     }
 };
 
@@ -288,9 +303,10 @@ class histogram_builder {
 public:
     static constexpr std::size_t block = 256; // pairs per add()
 
-    histogram_builder(rank_histogram& h, float top) : h_(h)
+    histogram_builder(rank_histogram& h, float top, float per_unit) : h_(h)
     {
         h.top = top;
+        h.per_unit = per_unit;
         h.mass.assign(buckets, 0);
         h.partial.assign(copies * buckets, 0);
     }
@@ -344,16 +360,18 @@ private:
     std::size_t added_ = 0;
 };
 
-// The bucket and mass of values v[0 .. count) with weights e (count at most a builder's block).
+// The bucket in h and the mass of values v[0 .. count) with weights e (count at most a builder's block).
 template <class Arch>
-void buckets_and_masses(const float* v, const float* e, std::size_t count, float top, std::uint32_t* bucket, std::uint64_t* mass) noexcept
+void buckets_and_masses(const float* v, const float* e, std::size_t count, const rank_histogram& h, std::uint32_t* bucket,
+                        std::uint64_t* mass) noexcept
 {
+    const float top = h.top;
     std::size_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
         // floor(e 2^48) in one conversion to 64 bits: e 2^48 is exact, and truncation is floor.
         const __m512 t = _mm512_set1_ps(top);
-        const __m512 per_unit = _mm512_set1_ps(rank_histogram::per_unit);
+        const __m512 per_unit = _mm512_set1_ps(h.per_unit);
         const __m512 last = _mm512_set1_ps(rank_histogram::last);
         const __m512 unit = _mm512_set1_ps(0x1.0p48f);
         for (; i + 16 <= count; i += 16) {
@@ -371,7 +389,7 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, float
         using I = simd_int<Arch>;
         constexpr std::size_t w = V::size;
         const V t(top);
-        const V per_unit(rank_histogram::per_unit);
+        const V per_unit(h.per_unit);
         const V last(rank_histogram::last);
         alignas(64) std::int32_t high[w];
         alignas(64) std::int32_t low[w];
@@ -390,17 +408,19 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, float
     }
     for (; i < count; ++i) {
         mass[i] = mass_of(e[i]);
-        bucket[i] = static_cast<std::uint32_t>(rank_histogram::position(top, v[i]));
+        bucket[i] = static_cast<std::uint32_t>(h.position(v[i]));
     }
 }
 
 // exp_mass (e[i] = exp(x[i] - max), stored; the total mass; `lowest` the smallest logit) and, in
-// the same pass, block by block while the block is in cache, the histogram of the masses by logit.
+// the same pass, block by block while the block is in cache, the histogram of the masses by logit
+// (top: max).
 template <class Arch>
-[[nodiscard]] mass_t exp_mass_histogram(const float* x, std::size_t n, float max, float* e, float& lowest, rank_histogram& h)
+[[nodiscard]] mass_t exp_mass_histogram(const float* x, std::size_t n, float max, float per_unit, float* e, float& lowest,
+                                        rank_histogram& h)
 {
     constexpr std::size_t block = histogram_builder::block;
-    histogram_builder builder(h, max);
+    histogram_builder builder(h, max, per_unit);
     alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
@@ -429,20 +449,20 @@ template <class Arch>
             lowest = xb[i] < lowest ? xb[i] : lowest;
             eb[i] = exp(xb[i] - max);
         }
-        buckets_and_masses<Arch>(xb, eb, count, max, bucket, mass);
+        buckets_and_masses<Arch>(xb, eb, count, h, bucket, mass);
         builder.add(bucket, mass, count);
     }
     return builder.finish();
 }
 
 // distance_keys (typical's keys -|center - x[i]|, stored, and their range) and, in the same pass,
-// the histogram of the masses of weights e by key, from 0 (no key is above it).
+// the histogram of the masses of weights e by key (top: 0, which no key is above).
 template <class Arch>
-void distance_keys_histogram(const float* x, const float* e, std::size_t n, float center, float* keys, float& lowest, float& highest,
-                             rank_histogram& h)
+void distance_keys_histogram(const float* x, const float* e, std::size_t n, float center, float per_unit, float* keys, float& lowest,
+                             float& highest, rank_histogram& h)
 {
     constexpr std::size_t block = histogram_builder::block;
-    histogram_builder builder(h, 0.0f);
+    histogram_builder builder(h, 0.0f, per_unit);
     alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
@@ -454,18 +474,19 @@ void distance_keys_histogram(const float* x, const float* e, std::size_t n, floa
         distance_keys<Arch>(x + begin, e + begin, count, center, keys + begin, block_lowest, block_highest);
         lowest = block_lowest < lowest ? block_lowest : lowest;
         highest = block_highest > highest ? block_highest : highest;
-        buckets_and_masses<Arch>(keys + begin, e + begin, count, 0.0f, bucket, mass);
+        buckets_and_masses<Arch>(keys + begin, e + begin, count, h, bucket, mass);
         builder.add(bucket, mass, count);
     }
     (void)builder.finish();
 }
 
-// Appends the tokens of histogram bucket `b` with logit >= low that rank at or before `bound` to
+// Appends the tokens of bucket `b` of h with value (logit or key) >= low that rank at or before `bound` to
 // `out` (cleared for n tokens), as gather_range does for a range of logits.
 template <class Arch>
-void gather_bucket(const float* x, const float* e, std::size_t n, float top, std::size_t b, float low, rank_bound bound,
+void gather_bucket(const float* x, const float* e, std::size_t n, const rank_histogram& h, std::size_t b, float low, rank_bound bound,
                    token_arrays& out)
 {
+    const float top = h.top;
     std::int32_t* __restrict out_id = out.id.data();
     float* __restrict out_logit = out.logit.data();
     float* __restrict out_weight = out.weight.data();
@@ -475,7 +496,7 @@ void gather_bucket(const float* x, const float* e, std::size_t n, float top, std
     const auto take = [=, &k](std::size_t from, std::size_t to) {
         for (std::size_t i = from; i < to; ++i) {
             const float v = x[i];
-            const float position = rank_histogram::position(top, v);
+            const float position = h.position(v);
             const auto id = static_cast<std::int32_t>(i);
             out_id[k] = id;
             out_logit[k] = v;
@@ -488,7 +509,7 @@ void gather_bucket(const float* x, const float* e, std::size_t n, float top, std
 #if defined(__AVX512F__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
         const __m512 t = _mm512_set1_ps(top);
-        const __m512 per_unit = _mm512_set1_ps(rank_histogram::per_unit);
+        const __m512 per_unit = _mm512_set1_ps(h.per_unit);
         const __m512 last = _mm512_set1_ps(rank_histogram::last);
         const __m512 lo = _mm512_set1_ps(low);
         const __m512 f = _mm512_set1_ps(first);
@@ -518,7 +539,7 @@ void gather_bucket(const float* x, const float* e, std::size_t n, float top, std
         using V = simd_float<Arch>;
         constexpr std::size_t w = V::size;
         const V t(top);
-        const V per_unit(rank_histogram::per_unit);
+        const V per_unit(h.per_unit);
         const V last(rank_histogram::last);
         const V lo(low);
         const V f(first);
@@ -583,7 +604,7 @@ template <class Arch, bool Unit>
         token_arrays& out = scratch.ranges[next];
         next ^= 1;
         out.clear(n);
-        gather_bucket<Arch>(x, e, n, histogram->top, b, lowest, bound, out);
+        gather_bucket<Arch>(x, e, n, *histogram, b, lowest, bound, out);
         current = &out;
         rx = out.logit.data();
         re = out.weight.data();

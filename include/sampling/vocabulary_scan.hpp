@@ -85,6 +85,42 @@ template <class Arch>
     return best;
 }
 
+// max_logit, and the smallest logit above -inf (NaN ignored; +inf when there is none), in the
+// same pass.
+template <class Arch>
+[[nodiscard]] float max_logit(const float* x, std::size_t n, float& lowest) noexcept
+{
+    float best = minus_infinity;
+    float least = std::numeric_limits<float>::infinity();
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        V high(minus_infinity);
+        V low(least);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            // Comparisons are false for NaN, so NaN replaces neither.
+            high = xsimd::select(v > high, v, high);
+            low = xsimd::select(v < low && v > V(minus_infinity), v, low);
+        }
+        alignas(64) float high_lanes[w];
+        alignas(64) float low_lanes[w];
+        high.store_aligned(high_lanes);
+        low.store_aligned(low_lanes);
+        for (std::size_t l = 0; l < w; ++l) {
+            best = high_lanes[l] > best ? high_lanes[l] : best;
+            least = low_lanes[l] < least ? low_lanes[l] : least;
+        }
+    }
+    for (; i < n; ++i) {
+        best = x[i] > best ? x[i] : best;
+        least = x[i] < least && x[i] > minus_infinity ? x[i] : least;
+    }
+    lowest = least;
+    return best;
+}
+
 // (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -367,24 +403,27 @@ template <class Arch, bool Squares>
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// typical's moments over weights e[i] = exp(x[i] - max): z = sum of e, s = sum of e (x - max)
-// (each product rounded to float; tokens of weight 0 add nothing), both in double over 16 lanes
-// (element i into lane i % 16, in order, the lanes added as a tree), so every tag and the list
-// path agree. The softmax's entropy is log z - s / z.
+// The lanes of typical_moments, carried from one run of elements to the next (every run but the
+// last a multiple of 16 long, so that element i of the whole still goes to lane i % 16).
+struct moment_lanes {
+    std::array<double, sum_lanes> z{};
+    std::array<double, sum_lanes> s{};
+};
+
 template <class Arch>
-void typical_moments(const float* x, const float* e, std::size_t n, float max, double& z, double& s) noexcept
+void add_typical_moments(const float* x, const float* e, std::size_t n, float max, moment_lanes& lanes) noexcept
 {
-    std::array<double, sum_lanes> lz{};
-    std::array<double, sum_lanes> ls{};
+    std::array<double, sum_lanes>& lz = lanes.z;
+    std::array<double, sum_lanes>& ls = lanes.s;
     std::size_t i = 0;
 #if defined(__AVX512F__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
         // The 16 lanes as two vectors of 8 doubles, each lane still a sum in element order.
         const __m512 m = _mm512_set1_ps(max);
-        __m512d z_low = _mm512_setzero_pd();
-        __m512d z_high = _mm512_setzero_pd();
-        __m512d s_low = _mm512_setzero_pd();
-        __m512d s_high = _mm512_setzero_pd();
+        __m512d z_low = _mm512_loadu_pd(lz.data());
+        __m512d z_high = _mm512_loadu_pd(lz.data() + 8);
+        __m512d s_low = _mm512_loadu_pd(ls.data());
+        __m512d s_high = _mm512_loadu_pd(ls.data() + 8);
         for (; i + sum_lanes <= n; i += sum_lanes) {
             const __m512 ev = _mm512_loadu_ps(e + i);
             const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), m);
@@ -424,14 +463,31 @@ void typical_moments(const float* x, const float* e, std::size_t n, float max, d
         lz[i % sum_lanes] += static_cast<double>(e[i]);
         ls[i % sum_lanes] += static_cast<double>(e[i] > 0.0f ? opaque(e[i] * (x[i] - max)) : 0.0f);
     }
+}
+
+// z and s from the lanes, added as a tree.
+inline void finish_typical_moments(moment_lanes& lanes, double& z, double& s) noexcept
+{
     for (std::size_t half = sum_lanes / 2; half > 0; half /= 2) {
         for (std::size_t l = 0; l < half; ++l) {
-            lz[l] = lz[l] + lz[l + half];
-            ls[l] = ls[l] + ls[l + half];
+            lanes.z[l] = lanes.z[l] + lanes.z[l + half];
+            lanes.s[l] = lanes.s[l] + lanes.s[l + half];
         }
     }
-    z = lz[0];
-    s = ls[0];
+    z = lanes.z[0];
+    s = lanes.s[0];
+}
+
+// typical's moments over weights e[i] = exp(x[i] - max): z = sum of e, s = sum of e (x - max)
+// (each product rounded to float; tokens of weight 0 add nothing), both in double over 16 lanes
+// (element i into lane i % 16, in order, the lanes added as a tree), so every tag and the list
+// path agree. The softmax's entropy is log z - s / z.
+template <class Arch>
+void typical_moments(const float* x, const float* e, std::size_t n, float max, double& z, double& s) noexcept
+{
+    moment_lanes lanes;
+    add_typical_moments<Arch>(x, e, n, max, lanes);
+    finish_typical_moments(lanes, z, s);
 }
 
 // typical's rank keys: -|center - x[i]| (higher ranks first), -inf for NaN and -inf logits; the

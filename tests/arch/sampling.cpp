@@ -153,6 +153,22 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                 sd::typical_moments<reference>(x, e.data(), n, max, z_ref, s_ref);
                 CHECK(z == z_ref);
                 CHECK(s == s_ref);
+                // Both in one pass, as typical runs them over a whole vocabulary.
+                {
+                    std::vector<float> e_fused(n);
+                    std::vector<float> e_plain(n);
+                    float lowest_fused = 0.0f;
+                    float lowest_plain = 0.0f;
+                    double z_fused = 0;
+                    double s_fused = 0;
+                    CHECK(sd::exp_mass_moments<tag>(x, n, max, e_fused.data(), lowest_fused, z_fused, s_fused) ==
+                          sd::exp_mass<reference>(x, n, max, e_plain.data(), lowest_plain));
+                    CHECK(std::memcmp(e_fused.data(), e_plain.data(), n * sizeof(float)) == 0);
+                    CHECK(same_bits(lowest_fused, lowest_plain));
+                    sd::typical_moments<reference>(x, e_plain.data(), n, max, z_ref, s_ref);
+                    CHECK(z_fused == z_ref);
+                    CHECK(s_fused == s_ref);
+                }
                 const auto center = static_cast<float>(static_cast<double>(max) + s_ref / z_ref);
                 std::vector<float> keys(n);
                 std::vector<float> keys_ref(n);
@@ -168,8 +184,8 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                 // The keys' pass with the histogram by key: the same keys and range, and generic's masses.
                 sd::rank_histogram by_key;
                 sd::rank_histogram by_key_ref;
-                sd::distance_keys_histogram<tag>(x, e.data(), n, center, keys.data(), low, high, by_key);
-                sd::distance_keys_histogram<reference>(x, e.data(), n, center, keys_ref.data(), low_ref, high_ref, by_key_ref);
+                sd::distance_keys_histogram<tag>(x, e.data(), n, center, 64.0f, keys.data(), low, high, by_key);
+                sd::distance_keys_histogram<reference>(x, e.data(), n, center, 64.0f, keys_ref.data(), low_ref, high_ref, by_key_ref);
                 CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
                 CHECK(same_bits(low, low_ref));
                 CHECK(same_bits(high, high_ref));
@@ -253,10 +269,17 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                 // lowest, and the same bucket masses, as generic's.
                 sd::rank_histogram histogram;
                 sd::rank_histogram histogram_ref;
+                // A power of two per unit that spreads the logits over the buckets, as top_p picks it.
+                float finite_lowest = 0.0f;
+                CHECK(same_bits(sd::max_logit<tag>(x, n, finite_lowest), max));
+                float finite_lowest_ref = 0.0f;
+                (void)sd::max_logit<reference>(x, n, finite_lowest_ref);
+                CHECK(same_bits(finite_lowest, finite_lowest_ref));
+                const float per_unit = sd::rank_histogram::unit_for(max - std::max(finite_lowest, max - 34.0f));
                 std::vector<float> e_histogram(n);
                 float lowest_histogram = 0.0f;
-                CHECK(sd::exp_mass_histogram<tag>(x, n, max, e_histogram.data(), lowest_histogram, histogram) == total_ref);
-                CHECK(sd::exp_mass_histogram<reference>(x, n, max, e_ref.data(), lowest_ref, histogram_ref) == total_ref);
+                CHECK(sd::exp_mass_histogram<tag>(x, n, max, per_unit, e_histogram.data(), lowest_histogram, histogram) == total_ref);
+                CHECK(sd::exp_mass_histogram<reference>(x, n, max, per_unit, e_ref.data(), lowest_ref, histogram_ref) == total_ref);
                 CHECK(same_bits(lowest_histogram, lowest_ref));
                 CHECK(std::memcmp(e_histogram.data(), e_ref.data(), n * sizeof(float)) == 0);
                 CHECK(histogram.mass == histogram_ref.mass);
@@ -289,8 +312,8 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     CHECK(same_bits(got.lowest, want.lowest));
                     CHECK(same_bits(got.highest, want.highest));
                     for (const std::size_t b : {std::size_t{0}, std::size_t{17}, std::size_t{40}, sd::rank_histogram::buckets - 1}) {
-                        sd::gather_bucket<tag>(x, e.data(), n, max, b, max - 34.0f, bound, got);
-                        sd::gather_bucket<reference>(x, e.data(), n, max, b, max - 34.0f, bound, want);
+                        sd::gather_bucket<tag>(x, e.data(), n, histogram, b, max - 34.0f, bound, got);
+                        sd::gather_bucket<reference>(x, e.data(), n, histogram, b, max - 34.0f, bound, want);
                         CAPTURE(b);
                         REQUIRE(got.count == want.count);
                         CHECK(std::equal(got.id.begin(), got.id.begin() + static_cast<std::ptrdiff_t>(got.count), want.id.begin()));

@@ -128,11 +128,14 @@ private:
             bound = c.prefix_bound();
         } else {
             x = c.vocabulary_logits();
-            max = detail::max_logit<arch::vector_native>(x, n);
+            float least = 0.0f;
+            max = detail::max_logit<arch::vector_native>(x, n, least);
             c.check_max(max);
             float* weights = c.weights_buffer();
             if (n >= histogram_from) {
-                total = detail::exp_mass_histogram<arch::vector_native>(x, n, max, weights, lowest, c.rank_histogram());
+                // The buckets spread over the logits that weigh anything.
+                const float per_unit = detail::rank_histogram::unit_for(max - std::max(least, max - weightless_below));
+                total = detail::exp_mass_histogram<arch::vector_native>(x, n, max, per_unit, weights, lowest, c.rank_histogram());
                 histogram = &c.rank_histogram();
             } else {
                 total = detail::exp_mass<arch::vector_native>(x, n, max, weights, lowest);

@@ -7,8 +7,8 @@
 // and -log p - H = s / z - (l - max): the score is |center - l| with center = float(max + s / z)
 // (rounded once, not through log p), +inf for a -inf logit. The masses are exact_mass.hpp's
 // (e in 2^-48 units, summed in integers): the prefix must reach floor(p * total) + 1.
-// Over a whole vocabulary nothing is sorted: one pass for the weights and their mass, one for
-// the moments, one for the keys -|center - l| (from 4096 logits with the exact mass of each of
+// Over a whole vocabulary nothing is sorted: one pass for the weights, their mass and the
+// moments, one for the keys -|center - l| (from 4096 logits with the exact mass of each of
 // 1024 buckets by key, rank_select.hpp's rank_histogram), then the crossing token by rank: a walk
 // of the buckets and one gathering pass (without the histogram, a few passes narrowing the keys);
 // the set becomes candidates::form::ranked, which dist draws from by the same search. A list is
@@ -131,14 +131,20 @@ private:
         c.check_max(max);
         float* weights = c.weights_buffer();
         float lowest_logit = 0.0f;
-        const detail::mass_t total = detail::exp_mass<arch::vector_native>(x, n, max, weights, lowest_logit);
-        const float center = center_of(x, weights, n, max);
+        double z = 0;
+        double s = 0;
+        const detail::mass_t total = detail::exp_mass_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
+        const auto center = static_cast<float>(static_cast<double>(max) + s / z); // as center_of()
         float* keys = c.keys_buffer();
         float lowest = 0.0f;
         float highest = 0.0f;
         const detail::rank_histogram* histogram = nullptr;
         if (n >= histogram_from) {
-            detail::distance_keys_histogram<arch::vector_native>(x, weights, n, center, keys, lowest, highest, c.rank_histogram());
+            // The buckets spread over the keys of the logits that weigh anything: |center - x|
+            // for x from max - 34 (or the lowest logit) to max, center between them.
+            const float from = std::max(lowest_logit, max - 34.0f);
+            const float per_unit = detail::rank_histogram::unit_for(std::max(center - from, max - center));
+            detail::distance_keys_histogram<arch::vector_native>(x, weights, n, center, per_unit, keys, lowest, highest, c.rank_histogram());
             histogram = &c.rank_histogram();
         } else {
             detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
