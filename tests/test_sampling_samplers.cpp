@@ -627,9 +627,8 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
                     const std::size_t passing = keep;
                     keep = std::max<std::size_t>(keep, 1);
                     std::size_t chosen = 0;
-                    const bool finite = std::all_of(l.begin(), l.end(), [](const token_data& t) { return t.logit > -inf; });
-                    if (in.whole && finite && share > 0 && passing < l.size() && passing * 32 > l.size()) {
-                        // More than 1/32 of a whole vocabulary of finite logits: the floor, in id
+                    if (in.whole && share > 0 && passing < l.size() && passing * 32 > l.size()) {
+                        // More than 1/32 of a whole vocabulary (-inf logits too): the floor, in id
                         // order, drawn by a walk of exact masses; p the token's mass over the floor's.
                         std::vector<token_data> kept;
                         mass_ref kept_mass = 0;
@@ -679,7 +678,7 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
             }
         }
     }
-    CHECK(floors > 40); // 58 with these seeds
+    CHECK(floors > 250); // 323 with these seeds (58 of them without -inf logits)
     // mu rises after a token less surprising than tau.
     const std::vector<float> x = {5.0f, 0.0f, 0.0f, 0.0f};
     qs::mirostat_v2 m(1.0f, 0.5f, 3);

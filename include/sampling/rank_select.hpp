@@ -260,10 +260,11 @@ template <class Arch>
 // = b, top at least the largest, per_unit a power of two (so the product is exact) that spreads
 // the range of the values that weigh anything over the buckets. A float subtraction, product,
 // minimum and truncation are monotone, so the buckets follow rank order (equal values share one);
-// the last also takes everything below the range, -inf and NaN. Built in the pass that computes the weights, it lets the searches by rank over
-// that vocabulary (top_p's cut, then the draw over the prefix it leaves) walk 1024 sums and
-// gather the one bucket their target falls in, where narrowing the whole vocabulary eight ways
-// per pass cost about two passes of masses over seven thresholds and a gather of an eighth.
+// the last also takes everything below the range, -inf and NaN. Built in the pass that computes
+// the weights, it lets the searches by rank over that vocabulary (top_p's cut, then the draw over
+// the prefix it leaves) walk 1024 sums and gather the one bucket their target falls in, where
+// narrowing the whole vocabulary eight ways per pass cost about two passes of masses over seven
+// thresholds and a gather of an eighth.
 struct rank_histogram {
     static constexpr std::size_t buckets = 1024;
     static constexpr float last = static_cast<float>(buckets - 1);

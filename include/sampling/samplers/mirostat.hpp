@@ -14,11 +14,11 @@
 // Both then draw as dist does from what they keep: the best k as a sorted list (renormalized
 // softmax, draw in that order); everything, the set as it is (a whole vocabulary in id order
 // with dist's whole-vocabulary draw and softmax's probability for the surprise, a list in its
-// order); except that v2, keeping more than 1/32 of a whole vocabulary whose logits are all
-// finite (the search for the last kept one counts by rank), makes it the floor at that one's
-// logit (candidates::form::floor, id order: min_p's form), draws as dist draws over a floor
-// (exact masses in id order) and takes the selected token's probability as its exact mass over
-// the floor's. Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best
+// order); except that v2, keeping more than 1/32 of a whole vocabulary (the search for the last
+// kept one counts its finite logits by rank; -inf and NaN weigh nothing), makes it the floor at
+// that one's logit (candidates::form::floor, id order: min_p's form), draws as dist draws over a
+// floor (exact masses in id order) and takes the selected token's probability as its exact mass
+// over the floor's. Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best
 // with a top-k scan, v2 counts the passing tokens in a pass over the weights, and keeping k is
 // top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
@@ -224,7 +224,8 @@ public:
         std::size_t keep = 0;
         if (c.whole_vocabulary()) {
             const float* x = c.vocabulary_logits();
-            const float max = detail::max_logit<arch::vector_native>(x, size);
+            float finite_lowest = 0.0f;
+            const float max = detail::max_logit<arch::vector_native>(x, size, finite_lowest);
             c.check_max(max);
             float* weights = c.weights_buffer();
             float lowest = 0.0f;
@@ -238,14 +239,13 @@ public:
                     w = std::nextafter(w, std::numeric_limits<float>::infinity());
                 }
                 keep = detail::count_ranked<arch::vector_native>(weights, size, {w, std::numeric_limits<std::int32_t>::max()});
-                float lowest_logit = 0.0f;
-                float highest_logit = 0.0f;
                 // Many kept (w > 0: all of finite logit): the floor at the last one's logit, which
-                // its ties (of equal weight) pass with it, instead of sorting them.
-                if (w > 0.0f && keep < size && keep * floor_share > size &&
-                    detail::finite_range<arch::vector_native>(x, size, lowest_logit, highest_logit)) {
+                // its ties (of equal weight) pass with it, instead of sorting them. The count by
+                // rank runs over the finite logits: -inf and NaN, which weigh nothing, rank after
+                // every kept token and are never counted.
+                if (w > 0.0f && keep < size && keep * floor_share > size) {
                     const detail::rank_position last = detail::find_by_rank<arch::vector_native, true>(
-                        x, nullptr, size, lowest_logit, highest_logit, keep, detail::everything, c.rank_scratch());
+                        x, nullptr, size, finite_lowest, max, keep, detail::everything, c.rank_scratch());
                     c.keep_at_least(last.logit, max);
                     state_.select(c, u);
                     return;
