@@ -57,6 +57,18 @@ struct token_arrays {
     float lowest = std::numeric_limits<float>::infinity();
     float highest = minus_infinity;
 
+    // Ends a gather of k tokens into the arrays: their count and the range of their logits.
+    void close(std::size_t k) noexcept
+    {
+        count = k;
+        lowest = std::numeric_limits<float>::infinity();
+        highest = minus_infinity;
+        for (std::size_t j = 0; j < k; ++j) {
+            lowest = logit[j] < lowest ? logit[j] : lowest;
+            highest = logit[j] > highest ? logit[j] : highest;
+        }
+    }
+
     // Empties the arrays, able to take n tokens.
     void clear(std::size_t n)
     {
@@ -207,15 +219,7 @@ void gather_range(const float* x, const float* e, const std::int32_t* ids, std::
         }
     }
     take(i, n);
-    out.count = k;
-    float lowest = std::numeric_limits<float>::infinity();
-    float highest = minus_infinity;
-    for (std::size_t j = 0; j < k; ++j) {
-        lowest = out_logit[j] < lowest ? out_logit[j] : lowest;
-        highest = out_logit[j] > highest ? out_logit[j] : highest;
-    }
-    out.lowest = lowest;
-    out.highest = highest;
+    out.close(k);
 }
 
 // How many tokens of x[0 .. n) rank at or before `bound`.
@@ -555,15 +559,7 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
         }
     }
     take(i, n);
-    out.count = k;
-    float lowest = std::numeric_limits<float>::infinity();
-    float highest = minus_infinity;
-    for (std::size_t j = 0; j < k; ++j) {
-        lowest = out_logit[j] < lowest ? out_logit[j] : lowest;
-        highest = out_logit[j] > highest ? out_logit[j] : highest;
-    }
-    out.lowest = lowest;
-    out.highest = highest;
+    out.close(k);
 }
 
 // The token at which the running mass of the tokens ranking at or before `bound` first reaches
