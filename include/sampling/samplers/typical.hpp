@@ -118,6 +118,12 @@ private:
         double z = 0;
         double s = 0;
         detail::typical_moments<arch::vector_native>(x, e, n, max, z, s);
+        return center_from(max, z, s);
+    }
+
+    // The center from the moments z and s (the list and whole-vocabulary paths share it).
+    [[nodiscard]] static float center_from(float max, double z, double s) noexcept
+    {
         return static_cast<float>(static_cast<double>(max) + s / z);
     }
 
@@ -134,7 +140,7 @@ private:
         double z = 0;
         double s = 0;
         const detail::mass_t total = detail::exp_mass_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
-        const auto center = static_cast<float>(static_cast<double>(max) + s / z); // as center_of()
+        const float center = center_from(max, z, s);
         float* keys = c.keys_buffer();
         float lowest = 0.0f;
         float highest = 0.0f;
