@@ -1,9 +1,11 @@
 // Prints the constants the shaders share with the C++ code, from the C++ definitions themselves:
-// the GPU sampling records (backends/gpu/sampling_layout.hpp) and the IQ4 and E2M1 value tables
-// (kernels/formats). scripts/generate-shaders.sh compiles and runs it to write each as a GLSL
-// include and an MSL header that the Vulkan and Metal shaders include, so no shader types a value.
+// the GPU sampling records (backends/gpu/sampling_layout.hpp, and adaptive_p's transform
+// constants) and the IQ4 and E2M1 value tables (kernels/formats). scripts/generate-shaders.sh
+// compiles and runs it to write each as a GLSL include and an MSL header that the Vulkan and
+// Metal shaders include, so no shader types a value.
 // Usage: shader_constants glsl|msl sampling_layout|value_tables   (writes to standard output)
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
@@ -13,6 +15,7 @@
 #include "backends/gpu/sampling_layout.hpp"
 #include "kernels/formats/iq4_grid.hpp"
 #include "kernels/formats/mxfp4.hpp"
+#include "sampling/samplers/adaptive_p.hpp"
 
 namespace {
 
@@ -79,7 +82,8 @@ void print_sampling_layout(const language& l)
                {"row_list_ops", layout::row_list_ops},
                {"row_list_count", layout::row_list_count},
                {"row_u_low", layout::row_u_low},
-               {"row_u_high", layout::row_u_high}});
+               {"row_u_high", layout::row_u_high},
+               {"row_target", layout::row_target}});
     constants("Row flags.", {{"flag_active", layout::active},
                              {"flag_max", layout::max},
                              {"flag_sums", layout::sums},
@@ -88,7 +92,9 @@ void print_sampling_layout(const language& l)
                              {"flag_top_k", layout::top_k},
                              {"flag_list", layout::list},
                              {"flag_list_dist", layout::list_dist},
-                             {"flag_write_list", layout::write_list}});
+                             {"flag_write_list", layout::write_list},
+                             {"flag_list_adaptive", layout::list_adaptive},
+                             {"flag_host_draw", layout::host_draw}});
     constants("Op records: op_words words; stage ops at stage * n_seq + row, list ops after them.",
               {{"op_words", layout::op_words},
                {"op_kind", layout::op_kind},
@@ -109,7 +115,13 @@ void print_sampling_layout(const language& l)
                {"result_list_size", layout::list_size},
                {"result_factor_bits", layout::factor_bits},
                {"result_total_low", layout::total_low},
-               {"result_total_high", layout::total_high}});
+               {"result_total_high", layout::total_high},
+               {"result_selected_p", layout::selected_p}});
+    namespace qs = qk::sampling;
+    constants("adaptive_p's transform (sampling/samplers/adaptive_p.hpp), as float bits: 5 - 10 x x / (1 + x).",
+              {{"adaptive_peak_logit_bits", std::bit_cast<std::uint32_t>(qs::adaptive_p::peak_logit)},
+               {"adaptive_sharpness_bits", std::bit_cast<std::uint32_t>(qs::adaptive_p::sharpness)},
+               {"adaptive_inverse_width_bits", std::bit_cast<std::uint32_t>(qs::adaptive_p::inverse_width)}});
     constants("Statuses (result_status).",
               {{"status_ok", layout::ok}, {"status_no_candidate", layout::no_candidate}, {"status_infinite", layout::infinite}});
     constants("List entries: a token_data (id, logit bits, p bits).", {{"list_words", layout::list_words}});

@@ -63,7 +63,7 @@ inline CLI::App* add_sample(CLI::App& app, sample_options& opt)
         ->capture_default_str();
     cmd->add_option("--chain", opt.chain, "sampler chain, e.g. \"top_k(40);temp(0.8);dist\"")->capture_default_str();
     cmd->add_option("--backend", opt.backend,
-                    "cpu, or vulkan (chains of logit_bias, temp, top_k, then greedy or dist; the same tokens)")
+                    "cpu, or vulkan (chains of logit_bias, temp, top_k, then greedy, dist or adaptive_p; the same tokens)")
         ->capture_default_str();
     cmd->add_option("--seed", opt.seed, "seed every sampler of the chain is reseeded with")->capture_default_str();
     cmd->add_option("--n", opt.n, "tokens to draw")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();

@@ -219,26 +219,22 @@ std::vector<std::int32_t> gpu_sample(std::vector<qs::chain>& chains, std::span<c
 {
     const std::size_t n_seq = chains.size();
     std::vector<mh::row_plan> plans(n_seq);
-    std::vector<qs::dist*> dists(n_seq, nullptr);
+    std::vector<mh::drawing> drawers(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
-        plans[r] = mh::plan_chain(chains[r], r, n_vocab, capacity, dists[r]);
-        if (dists[r] != nullptr) {
-            qs::dist copy = *dists[r];
-            plans[r].u = copy.next_uniform();
-        }
+        plans[r] = mh::plan_chain(chains[r], r, n_vocab, capacity, drawers[r]);
     }
     device_state g(logits, n_seq, n_vocab, plans, threads, capacity);
     g.run_all(mh::mode::sample);
-    std::vector<std::int32_t> tokens(n_seq);
+    std::vector<qs::adaptive_p::choice> picked(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
         const auto exps = g.row_exps(r);
         const auto list = g.row_list(r, std::min<std::size_t>(capacity, g.result(r)[mh::list_size]));
-        tokens[r] = mh::token_of(plans[r], r, g.result(r), g.row_sums(r), exps, list);
+        picked[r] = mh::selection_of(plans[r], r, g.result(r), g.row_sums(r), exps, list, g.values_of(r));
     }
+    std::vector<std::int32_t> tokens(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
-        if (dists[r] != nullptr) {
-            (void)dists[r]->next_uniform();
-        }
+        tokens[r] = picked[r].token;
+        drawers[r].commit(picked[r].token, picked[r].p);
         chains[r].accept(tokens[r]);
     }
     return tokens;
@@ -598,6 +594,13 @@ TEST_CASE("metal sampling: chains pick the CPU chain's token, step after step")
         "top_k(8);temp(0);dist(seed=15)",
         "top_k(30);logit_bias(1=-2.5,4=3);temp(1.7);top_k(3);dist(seed=16)",
         "greedy",
+        // adaptive_p: over a list (drawn on the host from the kernel's list), over the whole row
+        // (from the values after the stage ops), and disabled (dist's draws).
+        "top_k(40);temp(0.9);adaptive_p(target=0.3,decay=0.9,seed=17)",
+        "temp(1.5);adaptive_p(target=0.5,decay=0.5,seed=18)",
+        "temp(0.8);adaptive_p(seed=19)",
+        "top_k(30);adaptive_p(target=-1,seed=20)",
+        "logit_bias(1=-inf);top_k(12);adaptive_p(target=0.9,decay=0.99,seed=21)",
     };
     std::mt19937 rng(6);
     for (const std::size_t n : {1u, 5u, 1023u, 1024u, 1025u, 32000u}) {
@@ -612,6 +615,7 @@ TEST_CASE("metal sampling: chains pick the CPU chain's token, step after step")
         if (n < 5) {
             gpu_chains[3] = qs::chain::parse("logit_bias(0=5);top_k(5);greedy");
             gpu_chains[6] = qs::chain::parse("top_k(30);logit_bias(0=-2.5);temp(1.7);top_k(3);dist(seed=16)");
+            gpu_chains[12] = qs::chain::parse("top_k(12);adaptive_p(target=0.9,decay=0.99,seed=21)");
         }
         std::vector<qs::chain> cpu_chains = gpu_chains;
         const std::size_t steps = n == 32000 ? 3 : 5;
@@ -630,14 +634,31 @@ TEST_CASE("metal sampling: chains pick the CPU chain's token, step after step")
                 CHECK(tokens[r] == want);
             }
         }
+        // adaptive_p's state moved as the CPU's, bit for bit: the same original probabilities
+        // were accepted, and the same uniforms drawn.
+        std::size_t adaptive = 0;
+        for (std::size_t r = 0; r < cpu_chains.size(); ++r) {
+            for (std::size_t i = 0; i < cpu_chains[r].size(); ++i) {
+                if (auto* a = gpu_chains[r][i].get<qs::adaptive_p>(); a != nullptr) {
+                    auto* b = cpu_chains[r][i].get<qs::adaptive_p>();
+                    CAPTURE(cpu_chains[r].describe());
+                    CHECK(std::bit_cast<std::uint32_t>(a->weighted_sum()) == std::bit_cast<std::uint32_t>(b->weighted_sum()));
+                    CHECK(std::bit_cast<std::uint32_t>(a->total_weight()) == std::bit_cast<std::uint32_t>(b->total_weight()));
+                    CHECK(a->next_uniform() == b->next_uniform());
+                    ++adaptive;
+                }
+            }
+        }
+        CHECK(adaptive == 5);
     }
 }
 
 TEST_CASE("metal sampling: what the GPU cannot run is an error naming it")
 {
-    qs::dist* d = nullptr;
+    mh::drawing d;
+    qs::chain c;
     auto plan = [&](const char* text, std::size_t n = 100, std::size_t capacity = 256) {
-        qs::chain c = qs::chain::parse(text);
+        c = qs::chain::parse(text);
         return mh::plan_chain(c, 0, n, capacity, d);
     };
     CHECK_THROWS_WITH_AS(plan("top_p(0.9);dist"), doctest::Contains("top_p"), qk::error);
@@ -648,10 +669,26 @@ TEST_CASE("metal sampling: what the GPU cannot run is an error naming it")
     const auto p = plan("top_k(100);temp(1);dist");
     CHECK(p.flags == (mh::active | mh::max | mh::sums | mh::store_exp));
     CHECK(p.stage.empty());
-    CHECK(d != nullptr);
+    CHECK(d.dist != nullptr);
     const auto q = plan("top_k(10);temp(0.5);greedy");
     CHECK(q.flags == (mh::active | mh::top_k | mh::list));
     REQUIRE(q.list.size() == 1);
     CHECK(q.list[0].kind == mh::divide);
-    CHECK(d == nullptr);
+    CHECK(d.dist == nullptr);
+    CHECK(d.adaptive == nullptr);
+    // adaptive_p: a list draw with its adapted target, a host draw over the whole row, or, disabled,
+    // dist's draws; the uniform is the one its next apply() would draw, its generator untouched.
+    const auto a = plan("top_k(10);adaptive_p(target=0.25,decay=0.5,seed=3)");
+    CHECK(a.flags == (mh::active | mh::top_k | mh::list | mh::list_dist | mh::list_adaptive));
+    REQUIRE(d.adaptive != nullptr);
+    CHECK(d.dist == nullptr);
+    CHECK(a.target == d.adaptive->adapted_target());
+    CHECK(a.target == 0.25f);
+    qs::adaptive_p fresh(0.25f, 0.5f, 3);
+    CHECK(a.u == fresh.next_uniform());
+    CHECK(a.u == d.peek_uniform());
+    CHECK(plan("temp(2);adaptive_p(target=0.25)").flags == (mh::active | mh::host_draw));
+    CHECK(plan("adaptive_p(target=-1)").flags == (mh::active | mh::max | mh::sums | mh::store_exp));
+    CHECK(plan("top_k(5);adaptive_p(target=-0.5)").flags == (mh::active | mh::top_k | mh::list | mh::list_dist));
+    CHECK_THROWS_WITH_AS(plan("adaptive_p(target=0.5);greedy"), doctest::Contains("follows the selecting sampler"), qk::error);
 }

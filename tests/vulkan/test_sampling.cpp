@@ -343,6 +343,14 @@ void run_chains(vk::sampling_workspace& ws, const std::vector<std::string>& spec
             if (auto* d = gpu[r][i].get<qs::dist>(); d != nullptr) {
                 CHECK(d->next_uniform() == cpu[r][i].get<qs::dist>()->next_uniform());
             }
+            // adaptive_p accepted the same original probabilities, bit for bit.
+            if (auto* a = gpu[r][i].get<qs::adaptive_p>(); a != nullptr) {
+                const auto* b = cpu[r][i].get<qs::adaptive_p>();
+                INFO("chain '", specs[r], "' n ", n);
+                CHECK(std::bit_cast<std::uint32_t>(a->weighted_sum()) == std::bit_cast<std::uint32_t>(b->weighted_sum()));
+                CHECK(std::bit_cast<std::uint32_t>(a->total_weight()) == std::bit_cast<std::uint32_t>(b->total_weight()));
+                CHECK(a->next_uniform() == cpu[r][i].get<qs::adaptive_p>()->next_uniform());
+            }
         }
     }
 }
@@ -362,14 +370,24 @@ TEST_CASE("vulkan sampling: chains pick the CPU chain's token, step after step")
         "top_k(1000);temp(0);dist(seed=8)",
         "top_k(2);top_k(0);temp(1);temp(2);dist(seed=9)",
         "top_k(50);temp(0.9);top_k(60);top_k(7);greedy",
+        // adaptive_p: drawn by the kernel over a list, on the host over the whole row, disabled.
+        "top_k(40);temp(0.9);adaptive_p(target=0.3,decay=0.9,seed=10)",
+        "logit_bias(1=-inf,2=3.5);top_k(300);temp(1.3);adaptive_p(target=0.05,decay=0.5,seed=11)",
+        "top_k(1000);adaptive_p(target=0.9,decay=0.99,seed=12)",
+        "temp(1.5);adaptive_p(target=0.5,decay=0.5,seed=13)",
+        "temp(0.8);adaptive_p(seed=14)",
+        "top_k(30);adaptive_p(target=-1,seed=15)",
     };
     vk::sampling_workspace ws(qk_test::vulkan_device());
     SUBCASE("n_vocab 1025") { run_chains(ws, specs, 1025, 60, 23); }
     SUBCASE("n_vocab 32000") { run_chains(ws, specs, 32000, 20, 29); }
     SUBCASE("n_vocab 152064") { run_chains(ws, specs, 152064, 6, 31); }
     SUBCASE("n_vocab 5 and 1") {
-        run_chains(ws, {"dist(seed=4)", "top_k(3);dist(seed=6)", "temp(0.4);greedy", "top_k(40);dist(seed=1)"}, 5, 20, 37);
-        run_chains(ws, {"dist(seed=4)", "top_k(3);temp(0.1);dist(seed=6)"}, 1, 5, 41);
+        run_chains(ws,
+                   {"dist(seed=4)", "top_k(3);dist(seed=6)", "temp(0.4);greedy", "top_k(40);dist(seed=1)",
+                    "top_k(3);adaptive_p(target=0.2,seed=2)", "adaptive_p(target=0.6,seed=3)"},
+                   5, 20, 37);
+        run_chains(ws, {"dist(seed=4)", "top_k(3);temp(0.1);dist(seed=6)", "adaptive_p(target=0.4,seed=5)"}, 1, 5, 41);
     }
 }
 
@@ -384,10 +402,13 @@ TEST_CASE("vulkan sampling: list draws straddling the boundary between two token
     std::mt19937 rng(43);
     const std::size_t n = 300;
     const std::size_t rows = 64;
+    // adaptive_p's draw also rests on its transform of each probability and its second softmax.
+    for (const std::string selector : {"dist(", "adaptive_p(target=0.2,decay=0.9,"}) {
     std::size_t boundaries = 0;
     for (std::uint32_t scenario = 0; scenario < 48; ++scenario) {
         CAPTURE(scenario);
-        const std::string spec = "top_k(40);dist(seed=" + std::to_string(500 + scenario) + ")";
+        const std::string spec = "top_k(40);" + selector + "seed=" + std::to_string(500 + scenario) + ")";
+        CAPTURE(spec);
         const qs::chain prototype = qs::chain::parse(spec);
         auto base = make_matrix(rng, 1, n, 0);
         const auto cpu_token = [&](const std::vector<float>& x) {
@@ -444,7 +465,9 @@ TEST_CASE("vulkan sampling: list draws straddling the boundary between two token
         CHECK(chosen_rows > 0); // the rows do straddle the flip
         CHECK(chosen_rows < rows);
     }
+    CAPTURE(selector);
     CHECK(boundaries >= 24);
+    }
 }
 
 TEST_CASE("vulkan sampling: what the GPU cannot run, and bad shapes, are errors that change no chain")

@@ -17,6 +17,7 @@ enum row_word : std::uint32_t {
     row_list_count = 3, // how many list ops follow it
     row_u_low = 4,      // the uniform of the row's draw, a double as two words (Vulkan draws on
     row_u_high = 5,     // the device; Metal draws on the host and leaves them unread)
+    row_target = 6,     // adaptive_p's adapted target, float bits (flag list_adaptive)
 };
 
 // Row flags: what the kernels do for the row.
@@ -30,6 +31,10 @@ enum flag : std::uint32_t {
     list = 64,          // the chain's list ops and its selection from the list
     list_dist = 128,    // that selection is a draw
     write_list = 256,   // the top-k list is copied out for the caller (Vulkan; Metal always does)
+    list_adaptive = 512, // that draw is adaptive_p's: the list's logits transformed towards
+                         // row_target first (Vulkan; Metal finishes it on the host)
+    host_draw = 1024,   // adaptive_p over the whole row: the kernels run the stage ops only, and
+                        // the host draws from the row's values (the CPU's own code)
 };
 
 // --- op records: stage ops at stage * n_seq + row, list ops after them ---
@@ -43,7 +48,7 @@ enum op_word : std::uint32_t {
 enum kind : std::uint32_t { none = 0, divide = 1, bias = 2, keep_max = 3, keep_top_k = 4 };
 
 // --- result records: one per sequence, written by the kernels ---
-inline constexpr std::uint32_t result_words = 8;
+inline constexpr std::uint32_t result_words = 9;
 enum result_word : std::uint32_t {
     index = 0,       // the first argmax
     max_bits = 1,    // the maximum's bits
@@ -53,6 +58,7 @@ enum result_word : std::uint32_t {
     factor_bits = 5, // the softmax factor's bits (Metal: written by the host before scale)
     total_low = 6,   // the double total of the chunk sums (Vulkan; Metal adds them on the host)
     total_high = 7,
+    selected_p = 8,  // the original probability of the token adaptive_p drew (flag list_adaptive)
 };
 enum status : std::uint32_t {
     ok = 0,

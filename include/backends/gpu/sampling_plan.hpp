@@ -1,13 +1,15 @@
 // The plan both GPU backends (Vulkan and Metal) make of a sampler chain: which samplers have a GPU
-// form (logit_bias, temp, top_k, then greedy or dist), the whole-vocabulary ops and the top-k
-// list's ops they become, and the selection at the end; and encode(), which lays a batch of plans
-// out in the row, op and bias records (sampling_layout.hpp) that both backends' kernels read.
+// form (logit_bias, temp, top_k, then greedy, dist or adaptive_p), the whole-vocabulary ops and
+// the top-k list's ops they become, and the selection at the end; and encode(), which lays a
+// batch of plans out in the row, op and bias records (sampling_layout.hpp) that both backends'
+// kernels read.
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -15,6 +17,7 @@
 
 #include "../../kernels/error.hpp"
 #include "../../sampling/chain.hpp"
+#include "../../sampling/samplers/adaptive_p.hpp"
 #include "../../sampling/samplers/dist.hpp"
 #include "../../sampling/samplers/greedy.hpp"
 #include "../../sampling/samplers/logit_bias.hpp"
@@ -42,6 +45,8 @@ using layout::whole_row_draw;
 using layout::top_k;
 using layout::list;
 using layout::list_dist;
+using layout::list_adaptive;
+using layout::host_draw;
 using layout::kind;
 using layout::none;
 using layout::divide;
@@ -57,11 +62,12 @@ struct op {
 
 // What the kernels do for one row: the whole-vocabulary ops (one per stage), then either a
 // selection over the whole row or a top-k list with its own ops and selection. `u` is the
-// uniform of the row's dist.
+// uniform of the row's draw, `target` adaptive_p's adapted target.
 struct row_plan {
     std::uint32_t flags = 0;
     std::uint32_t k = 0;
     double u = 0;
+    float target = 0;
     std::vector<op> stage;
     std::vector<op> list;
 };
@@ -87,24 +93,64 @@ struct row_plan {
     return o;
 }
 
+// The chain's selecting sampler that draws (dist or adaptive_p), if any. The plan reads the
+// uniform it would draw without moving its generator; once every row's token is known, commit()
+// moves it as the CPU's apply() would and gives adaptive_p the token it selected, with its
+// original probability, before the chain accepts the token.
+struct drawing {
+    qk::sampling::dist* dist = nullptr;
+    qk::sampling::adaptive_p* adaptive = nullptr;
+
+    [[nodiscard]] double peek_uniform() const
+    {
+        if (dist != nullptr) {
+            qk::sampling::dist copy = *dist;
+            return copy.next_uniform();
+        }
+        if (adaptive != nullptr) {
+            qk::sampling::adaptive_p copy = *adaptive;
+            return copy.next_uniform();
+        }
+        return 0;
+    }
+    void commit(std::int32_t token, float original_p) const
+    {
+        if (dist != nullptr) {
+            (void)dist->next_uniform();
+        }
+        if (adaptive != nullptr) {
+            (void)adaptive->next_uniform();
+            if (adaptive->target() >= 0.0f) {
+                adaptive->selected(token, original_p);
+            }
+        }
+    }
+};
+
 // What the kernels must do for one chain, checking that each sampler has a GPU form; the chain's
-// dist (if it ends with one) comes back in dist_sampler, untouched. Errors name `backend`.
+// drawing sampler (if it ends with one) comes back in `drawer`, untouched. adaptive_p over a
+// list is a kernel draw (Vulkan) or the host's (Metal); over the whole row it is always the
+// host's, from the row's values after the kernels' stage ops (flag host_draw): its two
+// softmaxes sum in list order, one element after another, which a GPU cannot spread over threads
+// and still round as the CPU does. Disabled (a negative target), it draws as dist. Errors name
+// `backend`.
 [[nodiscard]] inline row_plan plan_chain(qk::sampling::chain& c, std::size_t row, std::size_t n_vocab, std::size_t capacity,
-                                         qk::sampling::dist*& dist_sampler, std::string_view backend)
+                                         drawing& drawer, std::string_view backend)
 {
     namespace qs = qk::sampling;
     row_plan p;
     p.flags = active;
     bool in_list = false;
     bool selected = false;
-    dist_sampler = nullptr;
+    drawer = {};
     const auto where = [&](std::size_t i) {
         return qk::detail::message("sequence ", row, ": sampler ", i + 1, " '", c[i].describe(), "' of '", c.describe(), "'");
     };
     for (std::size_t i = 0; i < c.size(); ++i) {
         qs::sampler& s = c[i];
         if (selected) {
-            qk::detail::fail(backend, "::sample: ", where(i), " follows the selecting sampler; the GPU runs chains that end with their only greedy or dist");
+            qk::detail::fail(backend, "::sample: ", where(i),
+                             " follows the selecting sampler; the GPU runs chains that end with their only greedy, dist or adaptive_p");
         }
         op o;
         if (s.get<qs::logit_bias>() != nullptr) {
@@ -144,20 +190,53 @@ struct row_plan {
             continue;
         } else if (auto* d = s.get<qs::dist>(); d != nullptr) {
             selected = true;
-            dist_sampler = d;
+            drawer.dist = d;
             p.flags |= in_list ? list_dist : (max | sums | whole_row_draw);
+            p.u = drawer.peek_uniform();
+            continue;
+        } else if (auto* a = s.get<qs::adaptive_p>(); a != nullptr) {
+            selected = true;
+            drawer.adaptive = a;
+            if (a->target() < 0.0f) {
+                p.flags |= in_list ? list_dist : (max | sums | whole_row_draw);
+            } else {
+                p.flags |= in_list ? (list_dist | list_adaptive) : host_draw;
+                p.target = a->adapted_target();
+            }
+            p.u = drawer.peek_uniform();
             continue;
         } else {
             qk::detail::fail(backend, "::sample: ", where(i),
-                             " has no GPU implementation; the GPU runs logit_bias, temp, top_k, then greedy or dist");
+                             " has no GPU implementation; the GPU runs logit_bias, temp, top_k, then greedy, dist or adaptive_p");
         }
         (in_list ? p.list : p.stage).push_back(std::move(o));
     }
     if (!selected) {
         qk::detail::fail(backend, "::sample: sequence ", row, ": chain '", c.describe(),
-                         "' does not end with greedy or dist");
+                         "' does not end with greedy, dist or adaptive_p");
     }
     return p;
+}
+
+// adaptive_p over a whole row, finished on the host from the row's values after the stage ops
+// (flag host_draw): the CPU's own selection over the vocabulary as a list in id order, NaN as
+// -inf. A row with nothing above -inf, or with a +inf logit: qk::error naming `what` and the row.
+[[nodiscard]] inline qk::sampling::adaptive_p::choice draw_on_host(const row_plan& p, std::span<const float> values, std::size_t row,
+                                                                std::string_view what)
+{
+    namespace qs = qk::sampling;
+    std::vector<qs::token_data> l(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        l[i] = {static_cast<std::int32_t>(i), qs::detail::without_nan(values[i]), 0.0f};
+    }
+    const float max = qs::detail::list_max(l);
+    if (!(max > qs::detail::minus_infinity)) {
+        qk::detail::fail(what, ": sequence ", row, ": every candidate's logit is -inf or NaN; nothing can be sampled");
+    }
+    if (max == std::numeric_limits<float>::infinity()) {
+        qk::detail::fail(what, ": sequence ", row, ": a logit is +inf; logits must be finite or -inf");
+    }
+    return qs::adaptive_p::select_from(std::move(l), p.target, p.u);
 }
 
 // The words of the rows, ops and biases buffers for a batch of plans (one per row). Stage ops
@@ -204,6 +283,7 @@ struct records {
         const auto u = std::bit_cast<std::uint64_t>(p.u);
         w[layout::row_u_low] = static_cast<std::uint32_t>(u);
         w[layout::row_u_high] = static_cast<std::uint32_t>(u >> 32);
+        w[layout::row_target] = bits(p.target);
         for (std::size_t j = 0; j < p.stage.size(); ++j) {
             put(j * n_seq + row, p.stage[j]);
             r.keeps_at[j] = r.keeps_at[j] || ((p.flags & active) != 0 && p.stage[j].kind == keep_max);

@@ -138,8 +138,8 @@ public:
         std::memcpy(X, xb.contents(), b_bytes);
     }
 
-    // As qk::backend::cpu::context::sample for chains of logit_bias, temp, top_k, then greedy or
-    // dist: the same tokens. Errors leave every chain untouched.
+    // As qk::backend::cpu::context::sample for chains of logit_bias, temp, top_k, then greedy,
+    // dist or adaptive_p: the same tokens. Errors leave every chain untouched.
     void sample(std::span<const float> logits, std::size_t n_seq, std::size_t n_vocab, std::span<sampling::chain> chains,
                 std::span<const std::uint8_t> active, std::span<std::int32_t> tokens)
     {
@@ -147,14 +147,10 @@ public:
         gpu::check_sample_arguments("qk::backend::metal::sample", logits, n_seq, n_vocab, chains, active, tokens);
         const auto is_active = [&](std::size_t r) { return active.empty() || active[r] != 0; };
         std::vector<mh::row_plan> plans(n_seq);
-        std::vector<sampling::dist*> dists(n_seq, nullptr);
+        std::vector<mh::drawing> drawers(n_seq);
         for (std::size_t r = 0; r < n_seq; ++r) {
             if (is_active(r)) {
-                plans[r] = mh::plan_chain(chains[r], r, n_vocab, capacity, dists[r]);
-                if (dists[r] != nullptr) {
-                    sampling::dist copy = *dists[r];
-                    plans[r].u = copy.next_uniform();
-                }
+                plans[r] = mh::plan_chain(chains[r], r, n_vocab, capacity, drawers[r]);
             }
         }
         const std::lock_guard lock(mutex_);
@@ -201,22 +197,21 @@ public:
         const auto* sum_values = static_cast<const float*>(sums.contents());
         const auto* exp_values = static_cast<const float*>(exps.contents());
         const auto* list_entries = static_cast<const sampling::token_data*>(lists.contents());
-        std::vector<std::int32_t> picked(n_seq, -1);
+        const auto* row_values = static_cast<const float*>((copied ? work : input).contents());
+        std::vector<sampling::adaptive_p::choice> picked(n_seq, {-1, 0.0f});
         for (std::size_t r = 0; r < n_seq; ++r) {
             if (is_active(r)) {
                 const std::span<const std::uint32_t> result(result_words + r * mh::result_words, mh::result_words);
                 const std::size_t listed = std::min<std::size_t>(capacity, result[mh::list_size]);
-                picked[r] = mh::token_of(plans[r], r, result, {sum_values + r * chunks, chunks}, {exp_values + r * n_vocab, n_vocab},
-                                         {list_entries + r * capacity, listed});
+                picked[r] = mh::selection_of(plans[r], r, result, {sum_values + r * chunks, chunks}, {exp_values + r * n_vocab, n_vocab},
+                                             {list_entries + r * capacity, listed}, {row_values + r * n_vocab, n_vocab});
             }
         }
         for (std::size_t r = 0; r < n_seq; ++r) {
-            tokens[r] = picked[r];
+            tokens[r] = picked[r].token;
             if (is_active(r)) {
-                if (dists[r] != nullptr) {
-                    (void)dists[r]->next_uniform();
-                }
-                chains[r].accept(picked[r]);
+                drawers[r].commit(picked[r].token, picked[r].p);
+                chains[r].accept(picked[r].token);
             }
         }
     }

@@ -1,7 +1,8 @@
 // The portable half of Metal sampling: plans a chain for the kernels of shaders/sampling.metal,
 // lays out the records they read, lists the dispatches in order, and finishes on the host, in
 // double, what Metal cannot compute (it has no double): the total of the chunk sums, the softmax
-// factor float(1.0 / total) and both categorical draws, from the values the kernels wrote.
+// factor float(1.0 / total), both categorical draws and adaptive_p's, from the values the
+// kernels wrote.
 // Pure C++ with no Metal dependency: the Apple host code and the Linux emulation tests share it.
 #pragma once
 
@@ -17,6 +18,7 @@
 
 #include "../../kernels/error.hpp"
 #include "../../sampling/chain.hpp"
+#include "../../sampling/samplers/adaptive_p.hpp"
 #include "../../sampling/samplers/dist.hpp"
 #include "../../sampling/token_data.hpp"
 #include "../../sampling/vocabulary_scan.hpp"
@@ -54,6 +56,8 @@ inline constexpr flag scale = layout::softmax;
 using layout::top_k;
 using layout::list;
 using layout::list_dist;
+using layout::list_adaptive;
+using layout::host_draw;
 using layout::kind;
 using layout::none;
 using layout::divide;
@@ -91,10 +95,12 @@ using gpu_sampling::op;
 using gpu_sampling::row_plan;
 using gpu_sampling::temperature_op;
 
+using gpu_sampling::drawing;
+
 [[nodiscard]] inline row_plan plan_chain(qk::sampling::chain& c, std::size_t row, std::size_t n_vocab, std::size_t capacity,
-                                         qk::sampling::dist*& dist_sampler)
+                                         drawing& drawer)
 {
-    return gpu_sampling::plan_chain(c, row, n_vocab, capacity, dist_sampler, "qk::backend::metal");
+    return gpu_sampling::plan_chain(c, row, n_vocab, capacity, drawer, "qk::backend::metal");
 }
 
 // The row, op and bias records for a batch of plans (shared with the Vulkan backend).
@@ -242,24 +248,35 @@ inline void check_status(const char* what, std::uint32_t s, std::size_t row)
     return l[qk::sampling::detail::draw_index(l, u)].id;
 }
 
-// The token of one row after the dispatches: `result` is the row's result record, `chunk_sums`
-// and `exps` its chunk sums and exp values (read only for a whole-row draw), `entries` the row's
-// list (read only for a list draw). Errors (no candidate, +inf) as the CPU raises them.
-[[nodiscard]] inline std::int32_t token_of(const row_plan& p, std::size_t row, std::span<const std::uint32_t> result,
-                                           std::span<const float> chunk_sums, std::span<const float> exps,
-                                           std::span<const qk::sampling::token_data> entries)
+// The token of one row after the dispatches, and where adaptive_p drew it, the token's original
+// probability: `result` is the row's result record, `chunk_sums` and `exps` its chunk sums and
+// exp values (read only for a whole-row dist draw), `entries` the row's list (read only for a
+// list draw), `values` the row's logits after the stage ops (read only for adaptive_p over the
+// whole row). Errors (no candidate, +inf) as the CPU raises them.
+[[nodiscard]] inline qk::sampling::adaptive_p::choice selection_of(const row_plan& p, std::size_t row,
+                                                                   std::span<const std::uint32_t> result,
+                                                                   std::span<const float> chunk_sums, std::span<const float> exps,
+                                                                   std::span<const qk::sampling::token_data> entries,
+                                                                   std::span<const float> values)
 {
+    if ((p.flags & host_draw) != 0) {
+        return gpu_sampling::draw_on_host(p, values, row, "qk::backend::metal::sample");
+    }
     check_status("sample", result[status_word], row);
     if ((p.flags & list) != 0) {
-        if ((p.flags & list_dist) != 0) {
-            return draw_list(entries.first(result[list_size]), p.u);
+        const auto final_list = entries.first(result[list_size]);
+        if ((p.flags & list_adaptive) != 0) {
+            return qk::sampling::adaptive_p::select_from({final_list.begin(), final_list.end()}, p.target, p.u);
         }
-        return static_cast<std::int32_t>(result[token]);
+        if ((p.flags & list_dist) != 0) {
+            return {draw_list(final_list, p.u), 0.0f};
+        }
+        return {static_cast<std::int32_t>(result[token]), 0.0f};
     }
     if ((p.flags & sums) != 0) {
-        return static_cast<std::int32_t>(draw(chunk_sums, exps, p.u));
+        return {static_cast<std::int32_t>(draw(chunk_sums, exps, p.u)), 0.0f};
     }
-    return static_cast<std::int32_t>(result[index]);
+    return {static_cast<std::int32_t>(result[index]), 0.0f};
 }
 
 } // namespace qk::backend::metal::detail::sampling

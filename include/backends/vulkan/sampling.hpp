@@ -1,6 +1,7 @@
 // Sampling on a Vulkan device over an [n_seq x n_vocab] logits matrix: argmax, softmax, top-k,
 // temperature, logit biases and the categorical draw as ops, and sample(), which runs whole
-// qk::sampling chains of those samplers and picks exactly the token chain.sample() picks.
+// qk::sampling chains of those samplers (and adaptive_p) and picks exactly the token
+// chain.sample() picks.
 // Needs shaderFloat64 (the CPU's sums are in double); see sampling_workspace for the limits.
 #pragma once
 
@@ -57,6 +58,8 @@ using layout::infinite;
 using layout::index;
 using layout::token;
 using layout::status_word;
+using layout::selected_p;
+using layout::host_draw;
 
 // Seven storage buffers and four words of push constants for every kernel (one host path).
 inline constexpr kernel transform{"sampling_transform", spirv::sampling_transform, 7, 16};
@@ -148,6 +151,7 @@ public:
         grow(lists_, n_seq * capacity_ * s::list_words * 4, memory_kind::device);
         const bool copy = how == mode::sample && stages > 0;
         const buffer& values = copy ? grow(work_, n_seq * n_vocab * 4, memory_kind::device) : logits;
+        values_ = &values;
         dev_->upload(rows, records.rows.data(), records.rows.size() * 4);
         dev_->upload(ops, records.ops.data(), records.ops.size() * 4);
         dev_->upload(biases, records.biases.data(), records.biases.size() * 4);
@@ -194,6 +198,12 @@ public:
     }
 
     [[nodiscard]] std::span<const std::uint32_t> results() const noexcept { return result_words_; }
+    // Row `row` of the values the last execute() left (the logits after its stage ops) into
+    // `out` (n_vocab floats): for the draws the host finishes.
+    void download_values(std::size_t row, std::size_t n_vocab, float* out) const
+    {
+        dev_->download(*values_, out, n_vocab * sizeof(float), row * n_vocab * sizeof(float));
+    }
     [[nodiscard]] std::uint32_t result(std::size_t row, std::uint32_t word) const noexcept
     {
         return result_words_[row * detail::sampling::result_words + word];
@@ -209,6 +219,7 @@ private:
     }
 
     const device* dev_;
+    const buffer* values_ = nullptr; // what the last execute() ran its ops on
     std::uint32_t workgroup_ = 256;
     std::size_t capacity_ = detail::sampling::max_list_capacity;
     std::size_t allocations_ = 0;
@@ -278,9 +289,9 @@ inline void check_status(const char* what, const sampling_workspace& ws, std::si
 }
 
 [[nodiscard]] inline row_plan plan_chain(qk::sampling::chain& c, std::size_t row, std::size_t n_vocab, std::size_t capacity,
-                                         qk::sampling::dist*& dist_sampler)
+                                         gpu_sampling::drawing& drawer)
 {
-    return gpu_sampling::plan_chain(c, row, n_vocab, capacity, dist_sampler, "qk::backend::vulkan");
+    return gpu_sampling::plan_chain(c, row, n_vocab, capacity, drawer, "qk::backend::vulkan");
 }
 using gpu_sampling::temperature_op;
 
@@ -288,11 +299,14 @@ using gpu_sampling::temperature_op;
 
 // Samples a token for every active sequence of a device-resident [chains.size() x n_vocab]
 // logits matrix (active empty: all are) and advances each chain exactly as chain.sample(row)
-// would: dist draws its uniform through next_uniform(), then the chain accepts the token.
-// Inactive sequences get -1 and their chains are not touched. Chains may hold logit_bias, temp
-// (plain temperature), top_k, then greedy or dist; any other sampler, a selecting sampler before
-// the end, or top_k above list_capacity() is a qk::error naming it. Errors (those, sizes, or a
-// row with nothing to sample) are raised before any chain changes.
+// would: dist or adaptive_p draws its uniform through next_uniform(), adaptive_p learns the
+// token it selected, then the chain accepts the token. Inactive sequences get -1 and their chains
+// are not touched. Chains may hold logit_bias, temp (plain temperature), top_k, then greedy, dist
+// or adaptive_p; any other sampler, a selecting sampler before the end, or top_k above
+// list_capacity() is a qk::error naming it. Errors (those, sizes, or a row with nothing to
+// sample) are raised before any chain changes. adaptive_p over a whole row (no top_k before it)
+// runs on the host after the kernels' ops (see gpu/sampling_plan.hpp): a download of the row and
+// two CPU softmax passes over it.
 inline std::vector<std::int32_t> sample(const device& dev, sampling_workspace& ws, std::span<qk::sampling::chain> chains,
                                         const buffer& logits, std::size_t n_vocab, std::span<const std::uint8_t> active = {})
 {
@@ -301,30 +315,35 @@ inline std::vector<std::int32_t> sample(const device& dev, sampling_workspace& w
     s::check_shape("sample", dev, ws, n_seq, n_vocab, active);
     s::check_buffer("sample", logits, n_seq, n_vocab);
     std::vector<s::row_plan> plans(n_seq);
-    std::vector<qk::sampling::dist*> dists(n_seq, nullptr);
+    std::vector<s::gpu_sampling::drawing> drawers(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
-        if (!s::is_active(active, r)) {
-            continue;
-        }
-        plans[r] = s::plan_chain(chains[r], r, n_vocab, ws.list_capacity(), dists[r]);
-        if (dists[r] != nullptr) {
-            qk::sampling::dist copy = *dists[r];
-            plans[r].u = copy.next_uniform();
+        if (s::is_active(active, r)) {
+            plans[r] = s::plan_chain(chains[r], r, n_vocab, ws.list_capacity(), drawers[r]);
         }
     }
     ws.execute(logits, n_seq, n_vocab, plans, sampling_workspace::mode::sample, nullptr);
     std::vector<std::int32_t> tokens(n_seq, -1);
+    std::vector<float> selected(n_seq, 0.0f); // adaptive_p's original probabilities
+    std::vector<float> values;
     for (std::size_t r = 0; r < n_seq; ++r) {
-        if (s::is_active(active, r)) {
-            s::check_status("sample", ws, r);
-            tokens[r] = static_cast<std::int32_t>(ws.result(r, s::token));
+        if (!s::is_active(active, r)) {
+            continue;
         }
+        if ((plans[r].flags & s::host_draw) != 0) {
+            values.resize(n_vocab);
+            ws.download_values(r, n_vocab, values.data());
+            const auto chosen = s::gpu_sampling::draw_on_host(plans[r], values, r, "qk::backend::vulkan::sample");
+            tokens[r] = chosen.token;
+            selected[r] = chosen.p;
+            continue;
+        }
+        s::check_status("sample", ws, r);
+        tokens[r] = static_cast<std::int32_t>(ws.result(r, s::token));
+        selected[r] = std::bit_cast<float>(ws.result(r, s::selected_p));
     }
     for (std::size_t r = 0; r < n_seq; ++r) {
         if (s::is_active(active, r)) {
-            if (dists[r] != nullptr) {
-                (void)dists[r]->next_uniform();
-            }
+            drawers[r].commit(tokens[r], selected[r]);
             chains[r].accept(tokens[r]);
         }
     }

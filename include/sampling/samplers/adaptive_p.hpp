@@ -36,6 +36,8 @@
 #include "../parameters.hpp"
 #include "../random.hpp"
 #include "../sampler.hpp"
+#include "../token_data.hpp"
+#include "../vocabulary_scan.hpp"
 #include "dist.hpp"
 
 namespace qk::sampling {
@@ -72,21 +74,57 @@ public:
         }
         c.compute_probabilities();
         auto& l = c.list();
-        const float a = adapted_target();
-        original_.resize(l.size());
-        for (std::size_t i = 0; i < l.size(); ++i) {
-            original_[i] = l[i].p;
-            if (l[i].logit > detail::minus_infinity) {
-                const float x = std::fabs((l[i].p - a) * inverse_width);
-                l[i].logit = peak_logit - sharpness * x * x / (1.0f + x);
-            }
-        }
+        transform(l, adapted_target(), original_);
         c.logits_changed(false);
         c.compute_probabilities();
         const std::size_t i = detail::draw_index(l, u);
         c.select(l[i].id);
         pending_token_ = l[i].id;
         pending_p_ = original_[i];
+    }
+
+    // Every logit above -inf of a list whose p are its softmax becomes 5 - 10 x x / (1 + x),
+    // x = |(p - a) / 0.3|; `original` receives each entry's p before (apply()'s first step).
+    static void transform(std::vector<token_data>& l, float a, std::vector<float>& original)
+    {
+        original.resize(l.size());
+        for (std::size_t i = 0; i < l.size(); ++i) {
+            original[i] = l[i].p;
+            if (l[i].logit > detail::minus_infinity) {
+                const float x = std::fabs((l[i].p - a) * inverse_width);
+                l[i].logit = peak_logit - sharpness * x * x / (1.0f + x);
+            }
+        }
+    }
+
+    // What apply() selects from a list (logits only, at least one above -inf and none +inf: the
+    // caller checks) given the uniform and the adapted target it would use: the token and its
+    // original probability. The GPU backends finish their adaptive_p draws through it, so that
+    // these are the CPU's by construction.
+    struct choice {
+        std::int32_t token;
+        float p;
+    };
+    [[nodiscard]] static choice select_from(std::vector<token_data> l, float a, double u)
+    {
+        std::vector<float> scratch;
+        std::vector<float> original;
+        detail::softmax_list(l, scratch);
+        transform(l, a, original);
+        detail::softmax_list(l, scratch);
+        const std::size_t i = detail::draw_index(l, u);
+        return {l[i].id, original[i]};
+    }
+
+    // For a backend that runs the draw itself: the uniform the next apply() would draw,
+    // advancing the generator as apply() does, and the selection it made from that uniform and
+    // adapted_target() (the token and its original probability), which accept() then takes
+    // exactly as it takes apply()'s.
+    [[nodiscard]] double next_uniform() { return random_.uniform(); }
+    void selected(std::int32_t token, float original_p) noexcept
+    {
+        pending_token_ = token;
+        pending_p_ = original_p;
     }
 
     void accept(std::int32_t token)

@@ -63,7 +63,8 @@
 // The host finishes: total = sum of the chunk sums in double; softmax factor float(1.0 / total)
 // (written to results.factor_bits, then scale); the whole-row draw from sums and the stored exps
 // of the chunk it reaches; the list draw (compute_probabilities' softmax of the final list, then
-// draw_index over its p).
+// draw_index over its p); adaptive_p's draws (flag list_adaptive: from the final list; flag
+// host_draw: from the row's values after the stage ops), through the CPU's own code.
 
 #include <metal_stdlib>
 using namespace metal;

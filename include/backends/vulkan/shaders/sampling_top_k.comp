@@ -8,7 +8,8 @@
 //     for the top-k op;
 //  4. for a chain, its list ops (temperature, biases, keep-the-maximum, a further top-k) and the
 //     selection from the list (greedy, or compute_probabilities + the draw of samplers/dist.hpp,
-//     whose sums are sequential in list order and so run on one invocation).
+//     with adaptive_p's transform and second softmax between them where it draws; the sums are
+//     sequential in list order and so run on one invocation).
 
 #include "sampling_common.glsl"
 
@@ -27,6 +28,64 @@ bool ranks_before(uint a, uint b)
     const uint ka = order_key(list_value[a]);
     const uint kb = order_key(list_value[b]);
     return ka > kb || (ka == kb && list_id[a] < list_id[b]);
+}
+
+// The largest of list_value[0 .. count) (of list_p's values with `of_p`), as bits.
+uint largest(uint count, bool of_p)
+{
+    uint max_bits = bits_minus_infinity;
+    for (uint i = 0u; i < count; ++i) {
+        const uint v = of_p ? list_p[i] : list_value[i];
+        if (order_key(v) > order_key(max_bits)) {
+            max_bits = v;
+        }
+    }
+    return max_bits;
+}
+
+// The float nearest to e * factor (two floats; their double product is exact), as bits.
+uint product_bits(float e, float factor)
+{
+    return float_bits_nearest(double_of_bits(floatBitsToUint(e)) * double(factor));
+}
+
+// candidates::compute_probabilities over list_value[0 .. count) (with `of_p`, over the values in
+// list_p, replaced in place): corrected exponentials, their total in double with element i in
+// lane i % 16 and the lanes added as a tree, factor float(1 / total), each p = e * factor into
+// list_p. Returns the factor.
+float probabilities(uint count, bool of_p, float max)
+{
+    precise double lanes[16];
+    for (uint l = 0u; l < 16u; ++l) {
+        lanes[l] = 0.0LF;
+    }
+    for (uint i = 0u; i < count; ++i) {
+        list_p[i] = floatBitsToUint(exp_difference(of_p ? list_p[i] : list_value[i], max));
+        lanes[i % 16u] = lanes[i % 16u] + double_of_bits(list_p[i]);
+    }
+    for (uint width = 8u; width > 0u; width /= 2u) {
+        for (uint l = 0u; l < width; ++l) {
+            lanes[l] = lanes[l] + lanes[l + width];
+        }
+    }
+    const float factor = uintBitsToFloat(reciprocal_bits(lanes[0]));
+    for (uint i = 0u; i < count; ++i) {
+        list_p[i] = product_bits(uintBitsToFloat(list_p[i]), factor);
+    }
+    return factor;
+}
+
+// adaptive_p's transform of a probability's bits, aimed at a: 5 - 10 x x / (1 + x) with
+// x = |(p - a) * (1 / 0.3)|, left to right, the quotient correctly rounded. A subnormal p that a
+// driver flushes changes nothing: x then differs by under 2^-120, far below what moves the result.
+uint adaptive_logit(uint p_bits, float a)
+{
+    precise float d = uintBitsToFloat(p_bits) - a;
+    precise float x = abs(d * uintBitsToFloat(adaptive_inverse_width_bits));
+    precise float numerator = (uintBitsToFloat(adaptive_sharpness_bits) * x) * x;
+    precise float denominator = 1.0 + x;
+    precise float logit = uintBitsToFloat(adaptive_peak_logit_bits) - uintBitsToFloat(divide_bits(floatBitsToUint(numerator), denominator));
+    return floatBitsToUint(logit);
 }
 
 // Sorts list[0 .. count) best first; count and the trip counts are uniform over the workgroup.
@@ -247,37 +306,25 @@ void main()
         results[r + result_token] = list_id[best];
         return;
     }
-    uint max_bits = bits_minus_infinity;
-    for (uint i = 0u; i < count; ++i) {
-        if (order_key(list_value[i]) > order_key(max_bits)) {
-            max_bits = list_value[i];
-        }
-    }
+    uint max_bits = largest(count, false);
     const uint status = status_of(max_bits);
     results[r + result_status] = status;
     if (status != status_ok) {
         return;
     }
-    // candidates::compute_probabilities: corrected exponentials, their total in double with
-    // element i in lane i % 16 and the lanes added as a tree, factor float(1 / total).
     const float max = uintBitsToFloat(max_bits);
-    precise double lanes[16];
-    for (uint l = 0u; l < 16u; ++l) {
-        lanes[l] = 0.0LF;
-    }
-    for (uint i = 0u; i < count; ++i) {
-        list_p[i] = floatBitsToUint(exp_difference(list_value[i], max));
-        lanes[i % 16u] = lanes[i % 16u] + double_of_bits(list_p[i]);
-    }
-    for (uint width = 8u; width > 0u; width /= 2u) {
-        for (uint l = 0u; l < width; ++l) {
-            lanes[l] = lanes[l] + lanes[l + width];
+    const float factor = probabilities(count, false, max);
+    if (row_has(row, flag_list_adaptive)) {
+        // adaptive_p: each logit above -inf becomes 5 - 10 x x / (1 + x), x = |(p - a) / 0.3|,
+        // into list_p (list_value keeps the logits, for the original p of the token drawn).
+        const float a = uintBitsToFloat(row_word(row, row_target));
+        for (uint i = 0u; i < count; ++i) {
+            list_p[i] = list_value[i] == bits_minus_infinity ? bits_minus_infinity : adaptive_logit(list_p[i], a);
         }
+        probabilities(count, true, uintBitsToFloat(largest(count, true)));
     }
-    const float factor = uintBitsToFloat(reciprocal_bits(lanes[0]));
     precise double total = 0.0LF;
     for (uint i = 0u; i < count; ++i) {
-        list_p[i] = float_bits_nearest(double_of_bits(list_p[i]) * double(factor));
         total = total + double_of_bits(list_p[i]);
     }
     const double u = packDouble2x32(uvec2(row_word(row, row_u_low), row_word(row, row_u_high)));
@@ -296,5 +343,9 @@ void main()
             }
         }
     }
-    results[r + result_token] = list_id[found ? chosen : last];
+    const uint drawn = found ? chosen : last;
+    results[r + result_token] = list_id[drawn];
+    if (row_has(row, flag_list_adaptive)) {
+        results[r + result_selected_p] = product_bits(exp_difference(list_value[drawn], max), factor);
+    }
 }

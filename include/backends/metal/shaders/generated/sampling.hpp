@@ -69,7 +69,8 @@ inline constexpr char sampling[] = R"qkern_msl(
 // The host finishes: total = sum of the chunk sums in double; softmax factor float(1.0 / total)
 // (written to results.factor_bits, then scale); the whole-row draw from sums and the stored exps
 // of the chunk it reaches; the list draw (compute_probabilities' softmax of the final list, then
-// draw_index over its p).
+// draw_index over its p); adaptive_p's draws (flag list_adaptive: from the final list; flag
+// host_draw: from the row's values after the stage ops), through the CPU's own code.
 
 #include <metal_stdlib>
 using namespace metal;
@@ -94,6 +95,7 @@ constexpr constant static uint row_list_ops = 2u;
 constexpr constant static uint row_list_count = 3u;
 constexpr constant static uint row_u_low = 4u;
 constexpr constant static uint row_u_high = 5u;
+constexpr constant static uint row_target = 6u;
 
 // Row flags.
 constexpr constant static uint flag_active = 1u;
@@ -105,6 +107,8 @@ constexpr constant static uint flag_top_k = 32u;
 constexpr constant static uint flag_list = 64u;
 constexpr constant static uint flag_list_dist = 128u;
 constexpr constant static uint flag_write_list = 256u;
+constexpr constant static uint flag_list_adaptive = 512u;
+constexpr constant static uint flag_host_draw = 1024u;
 
 // Op records: op_words words; stage ops at stage * n_seq + row, list ops after them.
 constexpr constant static uint op_words = 4u;
@@ -121,7 +125,7 @@ constexpr constant static uint kind_keep_max = 3u;
 constexpr constant static uint kind_keep_top_k = 4u;
 
 // Result records: result_words words per sequence, written by the kernels.
-constexpr constant static uint result_words = 8u;
+constexpr constant static uint result_words = 9u;
 constexpr constant static uint result_index = 0u;
 constexpr constant static uint result_max_bits = 1u;
 constexpr constant static uint result_token = 2u;
@@ -130,6 +134,12 @@ constexpr constant static uint result_list_size = 4u;
 constexpr constant static uint result_factor_bits = 5u;
 constexpr constant static uint result_total_low = 6u;
 constexpr constant static uint result_total_high = 7u;
+constexpr constant static uint result_selected_p = 8u;
+
+// adaptive_p's transform (sampling/samplers/adaptive_p.hpp), as float bits: 5 - 10 x x / (1 + x).
+constexpr constant static uint adaptive_peak_logit_bits = 0x40a00000u;
+constexpr constant static uint adaptive_sharpness_bits = 0x41200000u;
+constexpr constant static uint adaptive_inverse_width_bits = 0x40555555u;
 
 // Statuses (result_status).
 constexpr constant static uint status_ok = 0u;

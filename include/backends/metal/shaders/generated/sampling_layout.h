@@ -12,6 +12,7 @@ constexpr constant static uint row_list_ops = 2u;
 constexpr constant static uint row_list_count = 3u;
 constexpr constant static uint row_u_low = 4u;
 constexpr constant static uint row_u_high = 5u;
+constexpr constant static uint row_target = 6u;
 
 // Row flags.
 constexpr constant static uint flag_active = 1u;
@@ -23,6 +24,8 @@ constexpr constant static uint flag_top_k = 32u;
 constexpr constant static uint flag_list = 64u;
 constexpr constant static uint flag_list_dist = 128u;
 constexpr constant static uint flag_write_list = 256u;
+constexpr constant static uint flag_list_adaptive = 512u;
+constexpr constant static uint flag_host_draw = 1024u;
 
 // Op records: op_words words; stage ops at stage * n_seq + row, list ops after them.
 constexpr constant static uint op_words = 4u;
@@ -39,7 +42,7 @@ constexpr constant static uint kind_keep_max = 3u;
 constexpr constant static uint kind_keep_top_k = 4u;
 
 // Result records: result_words words per sequence, written by the kernels.
-constexpr constant static uint result_words = 8u;
+constexpr constant static uint result_words = 9u;
 constexpr constant static uint result_index = 0u;
 constexpr constant static uint result_max_bits = 1u;
 constexpr constant static uint result_token = 2u;
@@ -48,6 +51,12 @@ constexpr constant static uint result_list_size = 4u;
 constexpr constant static uint result_factor_bits = 5u;
 constexpr constant static uint result_total_low = 6u;
 constexpr constant static uint result_total_high = 7u;
+constexpr constant static uint result_selected_p = 8u;
+
+// adaptive_p's transform (sampling/samplers/adaptive_p.hpp), as float bits: 5 - 10 x x / (1 + x).
+constexpr constant static uint adaptive_peak_logit_bits = 0x40a00000u;
+constexpr constant static uint adaptive_sharpness_bits = 0x41200000u;
+constexpr constant static uint adaptive_inverse_width_bits = 0x40555555u;
 
 // Statuses (result_status).
 constexpr constant static uint status_ok = 0u;

@@ -10,6 +10,7 @@ const uint row_list_ops = 2u;
 const uint row_list_count = 3u;
 const uint row_u_low = 4u;
 const uint row_u_high = 5u;
+const uint row_target = 6u;
 
 // Row flags.
 const uint flag_active = 1u;
@@ -21,6 +22,8 @@ const uint flag_top_k = 32u;
 const uint flag_list = 64u;
 const uint flag_list_dist = 128u;
 const uint flag_write_list = 256u;
+const uint flag_list_adaptive = 512u;
+const uint flag_host_draw = 1024u;
 
 // Op records: op_words words; stage ops at stage * n_seq + row, list ops after them.
 const uint op_words = 4u;
@@ -37,7 +40,7 @@ const uint kind_keep_max = 3u;
 const uint kind_keep_top_k = 4u;
 
 // Result records: result_words words per sequence, written by the kernels.
-const uint result_words = 8u;
+const uint result_words = 9u;
 const uint result_index = 0u;
 const uint result_max_bits = 1u;
 const uint result_token = 2u;
@@ -46,6 +49,12 @@ const uint result_list_size = 4u;
 const uint result_factor_bits = 5u;
 const uint result_total_low = 6u;
 const uint result_total_high = 7u;
+const uint result_selected_p = 8u;
+
+// adaptive_p's transform (sampling/samplers/adaptive_p.hpp), as float bits: 5 - 10 x x / (1 + x).
+const uint adaptive_peak_logit_bits = 0x40a00000u;
+const uint adaptive_sharpness_bits = 0x41200000u;
+const uint adaptive_inverse_width_bits = 0x40555555u;
 
 // Statuses (result_status).
 const uint status_ok = 0u;
