@@ -10,6 +10,7 @@
 #include <sampling/deterministic_math.hpp>
 #include <sampling/vocabulary_scan.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -119,7 +120,6 @@ struct device_state {
     bool use_work = false;             // buffer 1 is the work copy (else the input itself)
     mh::records records;
     std::vector<std::uint32_t> results;
-    std::vector<float> sums;
     std::vector<std::uint32_t> exps;   // buffer 7 for chunks and scale
     std::vector<std::uint32_t> lists;
 
@@ -130,7 +130,6 @@ struct device_state {
     {
         work.assign(input.size(), 0xffffffffu);
         results.assign(n_seq * mh::result_words, 0);
-        sums.assign(n_seq * chunks(), -1.0f);
         exps.assign(n_seq * n_vocab, 0xffffffffu);
         lists.assign(n_seq * capacity * mh::list_words, 0xffffffffu);
     }
@@ -166,8 +165,7 @@ struct device_state {
                                           b.thread_index_in_simdgroup, b.simdgroup_index_in_threadgroup, b.simdgroups_per_threadgroup);
                 break;
             case mh::kernel::chunks:
-                k::kernel_sampling_chunks(shape, values, rows, results.data(), sums.data(), exps.data(), b.threadgroup<volatile float>(0),
-                                          group, t, n);
+                k::kernel_sampling_chunks(shape, values, rows, results.data(), exps.data(), group, t, n);
                 break;
             case mh::kernel::scale: k::kernel_sampling_scale(shape, rows, results.data(), exps.data(), group, t, n); break;
             case mh::kernel::top_k:
@@ -194,10 +192,8 @@ struct device_state {
     {
         return floats_of(std::span<const std::uint32_t>(exps).subspan(row * n_vocab, n_vocab));
     }
-    [[nodiscard]] std::span<const float> row_sums(std::size_t row) const
-    {
-        return std::span<const float>(sums).subspan(row * chunks(), chunks());
-    }
+    // The chunk sums the host adds from the row's stored weights.
+    [[nodiscard]] std::vector<float> row_sums(std::size_t row) const { return mh::chunk_sums_of(row_exps(row)); }
     [[nodiscard]] std::vector<qs::token_data> row_list(std::size_t row, std::size_t count) const
     {
         std::vector<qs::token_data> out(count);
@@ -229,7 +225,7 @@ std::vector<std::int32_t> gpu_sample(std::vector<qs::chain>& chains, std::span<c
     for (std::size_t r = 0; r < n_seq; ++r) {
         const auto exps = g.row_exps(r);
         const auto list = g.row_list(r, std::min<std::size_t>(capacity, g.result(r)[mh::list_size]));
-        picked[r] = mh::selection_of(plans[r], r, g.result(r), g.row_sums(r), exps, list, g.values_of(r));
+        picked[r] = mh::selection_of(plans[r], r, g.result(r), exps, list, g.values_of(r));
     }
     std::vector<std::int32_t> tokens(n_seq);
     for (std::size_t r = 0; r < n_seq; ++r) {
@@ -254,7 +250,7 @@ float random_float_bits(std::mt19937& rng)
 
 } // namespace
 
-TEST_CASE("metal sampling kernels: exp, exact sums, products and quotients are the CPU's bit for bit")
+TEST_CASE("metal sampling kernels: exp, weights, products and quotients are the CPU's bit for bit")
 {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> range(-100.0f, 0.5f);
@@ -275,13 +271,12 @@ TEST_CASE("metal sampling kernels: exp, exact sums, products and quotients are t
     std::uniform_real_distribution<float> factor(1.0f / 4096.0f, 1.0f);
     for (int i = 0; i < 100000; ++i) {
         const float s1 = std::bit_cast<float>(subnormal(rng));
-        const float s2 = std::bit_cast<float>(subnormal(rng));
-        const float tiny = std::ldexp(unit(rng), -120);
+        // Weights exp_difference(x, max) over the whole range, down to the subnormal ones.
+        const float max = 80.0f * unit(rng) - 40.0f;
+        const float below = 90.0f * unit(rng);
+        const float value = max - below;
+        REQUIRE(same_bits(msl_sampling::exp_difference(std::bit_cast<std::uint32_t>(value), max), qs::detail::exp_difference(value, max)));
         const float u = unit(rng);
-        REQUIRE(same_bits(msl_sampling::add_exact(s1, s2), s1 + s2));
-        REQUIRE(same_bits(msl_sampling::add_exact(s1, tiny), s1 + tiny));
-        REQUIRE(same_bits(msl_sampling::add_exact(u, s2), u + s2));
-        REQUIRE(same_bits(msl_sampling::add_exact(0.0f, s1), s1));
         // Products that land in, or next to, the subnormal range, and ordinary ones.
         const float f = factor(rng);
         const float mantissa = unit(rng); // drawn in a fixed order (function arguments have none)
@@ -347,18 +342,18 @@ TEST_CASE("metal sampling kernels: the subnormal paths hold on hardware that flu
         b[i] = i % 3 == 0 ? std::bit_cast<float>(subnormal(rng)) : unit(rng);
         xs[i] = qs::detail::exp_lowest + static_cast<float>(i) * 2e-7f; // exp(exp_lowest) is subnormal
     }
-    std::vector<float> sum(a.size()), product(a.size()), e(a.size()), quotient(a.size());
+    std::vector<float> weight(a.size()), product(a.size()), e(a.size()), quotient(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
-        sum[i] = a[i] + b[i];
+        weight[i] = qs::detail::exp_difference(xs[i] - 3.0f, -3.0f);
         product[i] = a[i] * b[i];
         e[i] = qs::detail::exp(xs[i]);
         quotient[i] = a[i] / 0.7f;
     }
     const unsigned saved = _mm_getcsr();
     _mm_setcsr(saved | 0x8040u); // FTZ | DAZ
-    std::vector<float> got_sum(a.size()), got_product(a.size()), got_e(a.size()), got_quotient(a.size());
+    std::vector<float> got_weight(a.size()), got_product(a.size()), got_e(a.size()), got_quotient(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
-        got_sum[i] = msl_sampling::add_exact(a[i], b[i]);
+        got_weight[i] = msl_sampling::exp_difference(std::bit_cast<std::uint32_t>(xs[i] - 3.0f), -3.0f);
         got_product[i] = msl_sampling::multiply_exact(a[i], b[i]);
         got_e[i] = msl_sampling::qk_exp(xs[i]);
         got_quotient[i] = msl_sampling::divide_exact(a[i], 0.7f);
@@ -368,7 +363,7 @@ TEST_CASE("metal sampling kernels: the subnormal paths hold on hardware that flu
     std::size_t normal_quotients = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
         CAPTURE(i);
-        REQUIRE(same_bits(got_sum[i], sum[i]));
+        REQUIRE(same_bits(got_weight[i], weight[i]));
         REQUIRE(same_bits(got_product[i], product[i]));
         REQUIRE(same_bits(got_e[i], e[i]));
         subnormal_exps += std::fpclassify(e[i]) == FP_SUBNORMAL ? 1 : 0;
@@ -379,6 +374,7 @@ TEST_CASE("metal sampling kernels: the subnormal paths hold on hardware that flu
         }
     }
     CHECK(subnormal_exps > 0);
+    CHECK(std::count_if(weight.begin(), weight.end(), [](float w) { return std::fpclassify(w) == FP_SUBNORMAL; }) > 0);
     CHECK(normal_quotients > 0);
 }
 #endif
@@ -440,9 +436,11 @@ TEST_CASE("metal sampling: softmax is qk::sampling::softmax bit for bit")
         std::vector<mh::row_plan> plans(n_seq, plan_with(mh::active | mh::max | mh::sums | mh::store_exp | mh::scale));
         device_state g(m, n_seq, n, plans, 32, 256);
         g.run_all(mh::mode::read);
+        std::vector<std::vector<float>> chunk_sums(n_seq); // the host's, from the weights before scale
         for (std::size_t r = 0; r < n_seq; ++r) {
             if (g.result(r)[mh::status_word] == mh::ok) {
-                const double total = mh::total_of(g.row_sums(r));
+                chunk_sums[r] = g.row_sums(r);
+                const double total = mh::total_of(chunk_sums[r]);
                 g.results[r * mh::result_words + mh::factor_bits] = mh::bits(mh::softmax_factor(total));
             }
         }
@@ -458,9 +456,9 @@ TEST_CASE("metal sampling: softmax is qk::sampling::softmax bit for bit")
             if (!written) {
                 continue;
             }
-            const auto got_sums = g.row_sums(r);
+            REQUIRE(chunk_sums[r].size() == sums.size());
             for (std::size_t c = 0; c < sums.size(); ++c) {
-                REQUIRE(same_bits(got_sums[c], sums[c]));
+                REQUIRE(same_bits(chunk_sums[r][c], sums[c]));
             }
             const auto p = g.row_exps(r);
             std::size_t subnormals = 0;
@@ -550,7 +548,7 @@ TEST_CASE("metal sampling: temperature and logit biases change logits as the CPU
     }
 }
 
-TEST_CASE("metal sampling: the draw from the kernels' sums and exps is dist's")
+TEST_CASE("metal sampling: the draw from the kernels' weights is dist's")
 {
     std::mt19937 rng(5);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);

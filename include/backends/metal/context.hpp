@@ -162,7 +162,6 @@ public:
         const buffer& ops = grow(ops_, records.ops.size() * 4);
         const buffer& biases = grow(biases_, records.biases.size() * 4);
         const buffer& results = grow(results_, n_seq * mh::result_words * 4);
-        const buffer& sums = grow(sums_, n_seq * chunks * 4);
         const buffer& exps = grow(exps_, logits.size_bytes());
         const buffer& lists = grow(lists_, n_seq * capacity * mh::list_words * 4);
         std::memcpy(input.contents(), logits.data(), logits.size_bytes());
@@ -180,7 +179,7 @@ public:
                 {&ops, {}},
                 {&biases, {}},
                 {&results, {}},
-                {&sums, {}},
+                {&results, {}}, // buffer 6 is read by no kernel (the chunk sums are the host's): a placeholder
                 {d.what == mh::kernel::transform && d.param == mh::all_rows ? &input : &exps, {}},
                 {&lists, {}},
             };
@@ -194,7 +193,6 @@ public:
                         args, shape);
         }
         const auto* result_words = static_cast<const std::uint32_t*>(results.contents());
-        const auto* sum_values = static_cast<const float*>(sums.contents());
         const auto* exp_values = static_cast<const float*>(exps.contents());
         const auto* list_entries = static_cast<const sampling::token_data*>(lists.contents());
         const auto* row_values = static_cast<const float*>((copied ? work : input).contents());
@@ -203,8 +201,8 @@ public:
             if (is_active(r)) {
                 const std::span<const std::uint32_t> result(result_words + r * mh::result_words, mh::result_words);
                 const std::size_t listed = std::min<std::size_t>(capacity, result[mh::list_size]);
-                picked[r] = mh::selection_of(plans[r], r, result, {sum_values + r * chunks, chunks}, {exp_values + r * n_vocab, n_vocab},
-                                             {list_entries + r * capacity, listed}, {row_values + r * n_vocab, n_vocab});
+                picked[r] = mh::selection_of(plans[r], r, result, {exp_values + r * n_vocab, n_vocab}, {list_entries + r * capacity, listed},
+                                             {row_values + r * n_vocab, n_vocab});
             }
         }
         for (std::size_t r = 0; r < n_seq; ++r) {
@@ -266,7 +264,7 @@ private:
     std::mutex mutex_;
     buffer table_;
     buffer x_, y_, a_, b_, x_solve_;
-    buffer logits_, work_, rows_, ops_, biases_, results_, sums_, exps_, lists_;
+    buffer logits_, work_, rows_, ops_, biases_, results_, exps_, lists_;
 };
 
 static_assert(backend::context<context>, "every backend's context offers the operations of qk::backend::context");

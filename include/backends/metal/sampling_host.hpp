@@ -81,10 +81,6 @@ using layout::factor_bits;
 {
     return 8 * threads;
 }
-[[nodiscard]] constexpr std::uint32_t chunks_threadgroup_bytes(std::uint32_t threads) noexcept
-{
-    return 4 * threads;
-}
 [[nodiscard]] constexpr std::uint32_t top_k_threadgroup_bytes(std::uint32_t threads, std::uint32_t capacity) noexcept
 {
     return 4 * (256 + 3 * capacity + 2 * threads + 4);
@@ -164,7 +160,7 @@ enum class mode : std::uint8_t {
     }
     if (how != mode::in_place) {
         out.push_back({kernel::argmax, all_rows, 1, seqs, threads, argmax_threadgroup_bytes(threads)});
-        out.push_back({kernel::chunks, 0, (chunks * 16 + threads - 1) / threads, seqs, threads, chunks_threadgroup_bytes(threads)});
+        out.push_back({kernel::chunks, 0, (chunks * 16 + threads - 1) / threads, seqs, threads, 0});
         out.push_back({kernel::top_k, 0, 1, seqs, threads, top_k_threadgroup_bytes(threads, capacity)});
     }
     return out;
@@ -186,6 +182,15 @@ inline void check_status(const char* what, std::uint32_t s, std::size_t row)
     if (s == infinite) {
         qk::detail::fail("qk::backend::metal::", what, ": sequence ", row, ": a logit is +inf; logits must be finite or -inf");
     }
+}
+
+// The chunk sums of a row's weights as the chunks kernel stored them: exp_sums()'s, in its order
+// and rounding (double lanes, which the kernels cannot add).
+[[nodiscard]] inline std::vector<float> chunk_sums_of(std::span<const float> weights)
+{
+    std::vector<float> sums(qk::sampling::detail::chunk_count(weights.size()));
+    (void)qk::sampling::detail::weight_sums(weights.data(), weights.size(), sums.data());
+    return sums;
 }
 
 // The chunk sums added in order, in double: exp_sums()'s total.
@@ -249,13 +254,13 @@ inline void check_status(const char* what, std::uint32_t s, std::size_t row)
 }
 
 // The token of one row after the dispatches, and where adaptive_p drew it, the token's original
-// probability: `result` is the row's result record, `chunk_sums` and `exps` its chunk sums and
-// exp values (read only for a whole-row dist draw), `entries` the row's list (read only for a
+// probability: `result` is the row's result record, `exps` its weights as the chunks kernel
+// stored them (read only for a whole-row dist draw), `entries` the row's list (read only for a
 // list draw), `values` the row's logits after the stage ops (read only for adaptive_p over the
 // whole row). Errors (no candidate, +inf) as the CPU raises them.
 [[nodiscard]] inline qk::sampling::adaptive_p::choice selection_of(const row_plan& p, std::size_t row,
                                                                    std::span<const std::uint32_t> result,
-                                                                   std::span<const float> chunk_sums, std::span<const float> exps,
+                                                                   std::span<const float> exps,
                                                                    std::span<const qk::sampling::token_data> entries,
                                                                    std::span<const float> values)
 {
@@ -274,7 +279,7 @@ inline void check_status(const char* what, std::uint32_t s, std::size_t row)
         return {static_cast<std::int32_t>(result[token]), 0.0f};
     }
     if ((p.flags & sums) != 0) {
-        return {static_cast<std::int32_t>(draw(chunk_sums, exps, p.u)), 0.0f};
+        return {static_cast<std::int32_t>(draw(chunk_sums_of(exps), exps, p.u)), 0.0f};
     }
     return {static_cast<std::int32_t>(result[index]), 0.0f};
 }

@@ -69,7 +69,7 @@ struct vocabulary_draw {
     sums.resize(chunk_count(n));
     const double total = exp_sums<arch::vector_native>(x, n, max, sums.data());
     const std::size_t i = draw<arch::vector_native>(x, n, max, sums.data(), total, u);
-    return {static_cast<std::int32_t>(i), exp(x[i] - max) * static_cast<float>(1.0 / total)};
+    return {static_cast<std::int32_t>(i), exp_difference(x[i], max) * static_cast<float>(1.0 / total)};
 }
 
 // A floor's draw: the token, its exact mass and the floor's (a sampler that reports the drawn

@@ -1,7 +1,8 @@
 // Exact sampling on Metal: argmax, softmax, top-k, temperature, logit biases and what a chain does
 // with a top-k list, giving bit for bit the floats qk::sampling computes on the CPU. Metal has no
 // double, so the double-precision steps run on the host (backends/metal/sampling_host.hpp): the
-// total of the chunk sums, the softmax factor float(1.0 / total), and both categorical draws.
+// chunk sums of the weights the kernels write, their total, the softmax factor float(1.0 /
+// total), and the categorical draws.
 //
 // Host requirements: compile with fast math off (MTLCompileOptions.mathMode = MTLMathModeSafe, or
 // fastMathEnabled = NO before macOS 15); relaxed or fast mode may fuse, reassociate or fold the
@@ -12,7 +13,7 @@
 // Exactness rests on: float +, -, * correctly rounded (MSL: "correctly rounded" with fast math
 // off); fma() correctly rounded (MSL lists fma as correctly rounded). Division is NOT trusted:
 // divide_exact() corrects a / b with fma residuals, so it is exact whatever the accuracy of the
-// hardware quotient (within 4 ulp). Subnormal exp results, sums and
+// hardware quotient (within 4 ulp). Subnormal exp results and
 // products are built from integer bits, so a GPU that flushes float denormals still matches the
 // CPU there. Outside the guarantee: sums and differences of subnormal logits (a GPU that flushes
 // denormals reads them as zero), and divisions whose quotient is subnormal or overflows (the
@@ -30,10 +31,9 @@
 //   4 biases   device uint[]                 (token id, bias bits) pairs, sorted by id per op
 //   5 results  device uint[n_seq * result_words]  index, max bits, token, status, list size,
 //                                             factor bits (written by the host before scale)
-//   6 sums     device float[n_seq * chunks]  chunk sums
 //   7 extra    device uint[n_seq * n_vocab]  transform(all_rows): the caller's logits (read);
-//                                             chunks: exp(x - max) out (flag whole_row_draw);
-//                                             scale: those exps in, probabilities out (in place)
+//                                             chunks: the weights exp_difference(x, max) out;
+//                                             scale: those weights in, probabilities out (in place)
 //   8 lists    device uint[n_seq * capacity * list_words]  token_data entries (id, logit bits,
 //                                             p bits)
 //
@@ -49,10 +49,10 @@
 //   kernel_sampling_argmax     buffers 0,1,2,3,5      tg memory 8 * T bytes
 //       grid (1, n_seq). param == all_rows: rows with flag max or sums get index, max, status;
 //       else rows whose stage `param` op is keep_max get index (run just before that transform).
-//   kernel_sampling_chunks     buffers 0,1,2,5,6,7    tg memory 4 * T bytes
+//   kernel_sampling_chunks     buffers 0,1,2,5,7      tg memory 0
 //       grid (ceil(chunks * chunk_lanes / T), n_seq), chunk_lanes threads per chunk. Rows with flag
-//       sums and status ok: chunk sums in qkern's fixed order; with whole_row_draw also every exp
-//       into extra.
+//       sums and status ok: every weight exp_difference(x, max) into extra, for the host, which
+//       adds the chunk sums in double lanes (vocabulary_scan.hpp's weight_sums).
 //   kernel_sampling_scale      buffers 0,2,5,7        tg memory 0
 //       grid (ceil(n_vocab / T), n_seq). Rows with flag softmax and status ok: extra *= factor.
 //   kernel_sampling_top_k      buffers 0,1,2,3,4,5,8  tg memory 4 * (256 + 3 * capacity + 2 * T + 4)
@@ -60,9 +60,9 @@
 //       capacity)); with flag list the chain's list ops, then greedy (results.token) or, with
 //       list_dist, the list's status (p left 0). lists and results.list_size hold the final
 //       list.
-// The host finishes: total = sum of the chunk sums in double; softmax factor float(1.0 / total)
-// (written to results.factor_bits, then scale); the whole-row draw from sums and the stored exps
-// of the chunk it reaches; the list draw (compute_probabilities' softmax of the final list, then
+// The host finishes: the chunk sums of the stored weights in double lanes and their total in
+// double; softmax factor float(1.0 / total) (written to results.factor_bits, then scale); the
+// whole-row draw from the chunk sums and the stored weights of the chunk it reaches; the list draw (compute_probabilities' softmax of the final list, then
 // draw_index over its p); adaptive_p's draws (flag list_adaptive: from the final list; flag
 // host_draw: from the row's values after the stage ops), through the CPU's own code.
 
@@ -143,32 +143,6 @@ inline float scaled_up(uint b, int e)
     }
     const float scaled = as_type<float>(b) * power_of_two(e);
     return scaled;
-}
-
-// a + b for finite a, b >= 0, as IEEE rounds it, subnormals included.
-inline float add_exact(float a, float b)
-{
-    const uint ab = as_type<uint>(a);
-    const uint bb = as_type<uint>(b);
-    if (ab >= bits_smallest_normal && bb >= bits_smallest_normal) {
-        const float s = a + b;
-        return s;
-    }
-    if (ab == 0u) {
-        return b;
-    }
-    if (bb == 0u) {
-        return a;
-    }
-    if (ab < bits_smallest_normal && bb < bits_smallest_normal) {
-        // Two subnormals add exactly, and their bit patterns add as integers.
-        return as_type<float>(ab + bb);
-    }
-    // One is normal, so the sum is: at 2^64 scale it rounds at the same place, and scaling back
-    // is exact.
-    const float s = scaled_up(ab, 64) + scaled_up(bb, 64);
-    const float back = s * power_of_two(-64);
-    return back;
 }
 
 // a * b for a, b in [0, 1] (probabilities, exps and factors), as IEEE rounds it, a subnormal
@@ -324,6 +298,24 @@ inline float exp_minus_max(uint xb, float max)
     return qk_exp(d);
 }
 
+// deterministic_math.hpp's exp_difference for a value's bits and a finite maximum: exp(x - max)
+// times float(1 + the subtraction's exact error, by TwoSum), the product rounded as IEEE rounds
+// it (subnormal results included); NaN and -inf give 0. A flushed subnormal in the TwoSum can
+// only change an error below 2^-25, which 1 + err rounds away on the CPU as well.
+inline float exp_difference(uint xb, float max)
+{
+    const float e = exp_minus_max(xb, max);
+    if (as_type<uint>(e) == 0u) { // from its bits: a flushing GPU compares a subnormal e as 0
+        return 0.0f;
+    }
+    const float x = as_type<float>(xb);
+    const float d = x - max;
+    const float moved = d - x;
+    const float err = (x - (d - moved)) + (-max - moved);
+    const float f = 1.0f + err;
+    return multiply_exact(e, f);
+}
+
 inline bool row_has(const device uint* rows, uint row, uint flag)
 {
     return (rows[row * row_words + row_flags] & flag) != 0u;
@@ -435,9 +427,7 @@ kernel void kernel_sampling_chunks(constant sampling_shape& shape [[buffer(0)]],
                                    const device uint* values [[buffer(1)]],
                                    const device uint* rows [[buffer(2)]],
                                    const device uint* results [[buffer(5)]],
-                                   device float* sums [[buffer(6)]],
                                    device uint* extra [[buffer(7)]],
-                                   threadgroup float* lane_sums [[threadgroup(0)]],
                                    uint3 group [[threadgroup_position_in_grid]],
                                    uint t [[thread_position_in_threadgroup]],
                                    uint threads [[threads_per_threadgroup]])
@@ -450,36 +440,14 @@ kernel void kernel_sampling_chunks(constant sampling_shape& shape [[buffer(0)]],
     const uint chunk = (group.x * threads + t) / chunk_lanes;
     const uint lane = t % chunk_lanes;
     const float max = as_type<float>(results[row * result_words + result_max_bits]);
-    const bool store = row_has(rows, row, flag_whole_row_draw);
-    // Element j of a chunk goes to lane j % chunk_lanes; each lane adds its elements in order.
-    float sum = 0.0f;
+    // The chunk sums are the host's: their lanes add in double.
     if (chunk < shape.chunks) {
         const uint begin = row * shape.n_vocab + chunk * chunk_size;
         const uint count = min(chunk_size, shape.n_vocab - chunk * chunk_size);
         for (uint j = lane; j < count; j += chunk_lanes) {
-            const float e = exp_minus_max(values[begin + j], max);
-            if (store) {
-                extra[begin + j] = as_type<uint>(e);
-            }
-            sum = add_exact(sum, e);
+            extra[begin + j] = as_type<uint>(exp_difference(values[begin + j], max));
         }
     }
-    lane_sums[t] = sum;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (lane != 0u || chunk >= shape.chunks) {
-        return;
-    }
-    // The 16 lanes as a tree: i += i + 8, then + 4, + 2, + 1.
-    float s[chunk_lanes];
-    for (uint l = 0u; l < chunk_lanes; ++l) {
-        s[l] = lane_sums[t + l];
-    }
-    for (uint half_size = chunk_lanes / 2u; half_size > 0u; half_size /= 2u) {
-        for (uint l = 0u; l < half_size; ++l) {
-            s[l] = add_exact(s[l], s[l + half_size]);
-        }
-    }
-    sums[row * shape.chunks + chunk] = s[0];
 }
 
 kernel void kernel_sampling_scale(constant sampling_shape& shape [[buffer(0)]],

@@ -15,7 +15,7 @@ layout(std430, set = 0, binding = 1) readonly buffer Rows { uint rows[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Ops { uint ops[]; };
 layout(std430, set = 0, binding = 3) readonly buffer Biases { uint biases[]; };
 layout(std430, set = 0, binding = 4) buffer Results { uint results[]; };
-layout(std430, set = 0, binding = 5) buffer Sums { float chunk_sums[]; };
+layout(std430, set = 0, binding = 5) buffer Sums { uint chunk_sums[]; }; // float bits
 // The copy's source, the softmax output or the top-k lists, by kernel.
 layout(std430, set = 0, binding = 6) buffer Extra { uint extra[]; };
 
@@ -127,7 +127,7 @@ float exp_minus_max(uint xb, float max)
 float exp_difference(uint xb, float max)
 {
     const float e = exp_minus_max(xb, max);
-    if (!(e > 0.0)) {
+    if (is_zero_bits(floatBitsToUint(e))) { // from its bits: a flushing driver compares a subnormal e as 0
         return 0.0;
     }
     const float x = uintBitsToFloat(xb);

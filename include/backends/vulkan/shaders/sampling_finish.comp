@@ -8,7 +8,7 @@
 
 #include "sampling_common.glsl"
 
-shared float e[chunk_size];
+shared uint e[chunk_size]; // float bits
 shared uint chosen_chunk;
 shared double running_shared;
 shared bool done;
@@ -26,7 +26,7 @@ void main()
     const uint first_sum = row * shape.chunks;
     precise double total = 0.0LF;
     for (uint c = 0u; c < shape.chunks; ++c) {
-        total = total + double(chunk_sums[first_sum + c]);
+        total = total + double_of_bits(chunk_sums[first_sum + c]);
     }
     if (t == 0u) {
         const uvec2 total_bits = unpackDouble2x32(total);
@@ -53,7 +53,7 @@ void main()
             precise double running = running_shared;
             uint c = next;
             for (; c < shape.chunks; ++c) {
-                precise double with_chunk = running + double(chunk_sums[first_sum + c]);
+                precise double with_chunk = running + double_of_bits(chunk_sums[first_sum + c]);
                 if (with_chunk > threshold || c + 1u == shape.chunks) {
                     break;
                 }
@@ -70,16 +70,16 @@ void main()
         const uint begin = chosen_chunk * chunk_size;
         const uint count = min(chunk_size, shape.n_vocab - begin);
         for (uint j = t; j < count; j += workgroup_size) {
-            e[j] = exp_minus_max(value_at(row, begin + j), max);
+            e[j] = floatBitsToUint(exp_difference(value_at(row, begin + j), max));
         }
         barrier();
         if (t == 0u) {
             precise double running = running_shared;
             uint last_nonzero = shape.n_vocab;
             for (uint j = 0u; j < count; ++j) {
-                if (floatBitsToUint(e[j]) != 0u) {
+                if (e[j] != 0u) {
                     last_nonzero = begin + j;
-                    running = running + double_of_bits(floatBitsToUint(e[j]));
+                    running = running + double_of_bits(e[j]);
                     if (running > threshold) {
                         token = begin + j;
                         break;

@@ -1,5 +1,5 @@
 #version 450
-// The softmax output p = exp(x - max) * factor (extra) for rows that asked for it, bit for bit as
+// The softmax output p = exp_difference(x, max) * factor (extra) for rows that asked for it, bit for bit as
 // qk::sampling::softmax writes it: the product of the two floats is exact in double and rounded
 // to float by hand below 2^-126, where the driver might flush. Grid: x over the vocabulary, y rows.
 
@@ -18,6 +18,6 @@ void main()
     }
     const float max = uintBitsToFloat(results[r + result_max_bits]);
     const float factor = uintBitsToFloat(results[r + result_factor_bits]);
-    const float e = exp_minus_max(value_at(row, i), max);
+    const float e = exp_difference(value_at(row, i), max);
     extra[row * shape.n_vocab + i] = float_bits_nearest(double_of_bits(floatBitsToUint(e)) * double(factor));
 }
