@@ -218,52 +218,69 @@ template <class Arch>
     return n;
 }
 
-// A chunk's double lanes added as a tree (lane i += lane i + 8, + 4, + 2, + 1), rounded to float.
-[[nodiscard]] inline float chunk_total(std::array<double, sum_lanes>& lanes) noexcept
+// Double lanes added as a tree: lane i += lane i + 8, then + 4, + 2, + 1.
+[[nodiscard]] inline double lane_total(std::array<double, sum_lanes>& lanes) noexcept
 {
     for (std::size_t half = sum_lanes / 2; half > 0; half /= 2) {
         for (std::size_t l = 0; l < half; ++l) {
             lanes[l] = lanes[l] + lanes[l + half];
         }
     }
-    return static_cast<float>(lanes[0]);
+    return lanes[0];
 }
 
-// The weights exp(x[j] - max) of one chunk (at most chunk_size elements), as exp_difference
-// gives them (within 2 ulp: the subtraction's rounding error corrected), optionally stored, and
-// the chunk's sum in the fixed order, in double lanes, rounded to float once: within 2^-24
-// relative of the weights' exact sum (64 additions per lane in double cost at most 2^-47).
+// A chunk's double lanes added as a tree, rounded to float once.
+[[nodiscard]] inline float chunk_total(std::array<double, sum_lanes>& lanes) noexcept
+{
+    return static_cast<float>(lane_total(lanes));
+}
+
+// The weights exp_difference(x[i], max) for i < n (within 2 ulp of exp(x - max): the
+// subtraction's rounding error corrected) into dst (x itself, other storage, or null: not kept),
+// and their double lanes: element i added to lane i % 16, in order. The pass that softmax, the
+// whole-vocabulary draw and compute_probabilities share.
 template <class Arch>
-float chunk_exp_sum(const float* x, std::size_t n, float max, float* out) noexcept
+[[nodiscard]] std::array<double, sum_lanes> weight_lanes(const float* x, std::size_t n, float max, float* dst) noexcept
 {
     std::array<double, sum_lanes> lanes{};
-    alignas(64) std::array<float, sum_lanes> e{};
     std::size_t i = 0;
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
         static_assert(sum_lanes % w == 0, "a vector must fill whole lane groups");
         const V m(max);
+        // Without dst, every group goes through the same 16 floats.
+        alignas(64) std::array<float, sum_lanes> group{};
+        float* const base = dst != nullptr ? dst : group.data();
+        const std::size_t advance = dst != nullptr ? 1 : 0;
         for (; i + sum_lanes <= n; i += sum_lanes) {
+            float* const e = base + i * advance;
             for (std::size_t g = 0; g < sum_lanes; g += w) {
-                exp_difference(V::load_unaligned(x + i + g), m).store_aligned(e.data() + g);
-            }
-            if (out != nullptr) {
-                std::copy(e.begin(), e.end(), out + i);
+                exp_difference(V::load_unaligned(x + i + g), m).store_unaligned(e + g);
             }
             for (std::size_t l = 0; l < sum_lanes; ++l) {
                 lanes[l] += static_cast<double>(e[l]);
             }
         }
     }
-    // The tail (and the scalar reference) lane by lane: element i goes to lane i % 16.
+    // The tail (and the scalar reference) element by element.
     for (; i < n; ++i) {
         const float v = exp_difference(x[i], max);
-        if (out != nullptr) {
-            out[i] = v;
+        if (dst != nullptr) {
+            dst[i] = v;
         }
         lanes[i % sum_lanes] += static_cast<double>(v);
     }
+    return lanes;
+}
+
+// The weights of one chunk (at most chunk_size elements), optionally stored, and the chunk's sum
+// in double lanes, rounded to float once: within 2^-24 relative of the weights' exact sum (64
+// additions per lane in double cost at most 2^-47).
+template <class Arch>
+float chunk_exp_sum(const float* x, std::size_t n, float max, float* out) noexcept
+{
+    std::array<double, sum_lanes> lanes = weight_lanes<Arch>(x, n, max, out);
     return chunk_total(lanes);
 }
 
@@ -308,32 +325,8 @@ double exp_sums(const float* x, std::size_t n, float max, float* sums, float* ou
 template <class Arch>
 double exp_difference_total(float* x, std::size_t n, float max) noexcept
 {
-    std::array<double, sum_lanes> lanes{};
-    std::size_t i = 0;
-    if constexpr (!is_scalar<Arch>) {
-        using V = xsimd::batch<float, simd_of<Arch>>;
-        constexpr std::size_t w = V::size;
-        static_assert(sum_lanes % w == 0, "a vector must fill whole lane groups");
-        const V m(max);
-        for (; i + sum_lanes <= n; i += sum_lanes) {
-            for (std::size_t g = 0; g < sum_lanes; g += w) {
-                exp_difference(V::load_unaligned(x + i + g), m).store_unaligned(x + i + g);
-            }
-            for (std::size_t l = 0; l < sum_lanes; ++l) {
-                lanes[l] += static_cast<double>(x[i + l]);
-            }
-        }
-    }
-    for (; i < n; ++i) {
-        x[i] = exp_difference(x[i], max);
-        lanes[i % sum_lanes] += static_cast<double>(x[i]);
-    }
-    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2) {
-        for (std::size_t l = 0; l < half; ++l) {
-            lanes[l] = lanes[l] + lanes[l + half];
-        }
-    }
-    return lanes[0];
+    std::array<double, sum_lanes> lanes = weight_lanes<Arch>(x, n, max, x);
+    return lane_total(lanes);
 }
 
 // The largest logit of a list (which never holds NaN); -inf for an empty one.

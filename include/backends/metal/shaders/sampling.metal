@@ -62,9 +62,10 @@
 //       list.
 // The host finishes: the chunk sums of the stored weights in double lanes and their total in
 // double; softmax factor float(1.0 / total) (written to results.factor_bits, then scale); the
-// whole-row draw from the chunk sums and the stored weights of the chunk it reaches; the list draw (compute_probabilities' softmax of the final list, then
-// draw_index over its p); adaptive_p's draws (flag list_adaptive: from the final list; flag
-// host_draw: from the row's values after the stage ops), through the CPU's own code.
+// whole-row draw from the chunk sums and the stored weights of the chunk it reaches; the list
+// draw (compute_probabilities' softmax of the final list, then draw_index over its p);
+// adaptive_p's draws (flag list_adaptive: from the final list; flag host_draw: from the row's
+// values after the stage ops), through the CPU's own code.
 
 #include <metal_stdlib>
 using namespace metal;

@@ -1,7 +1,8 @@
 #version 450
-// The softmax output p = exp_difference(x, max) * factor (extra) for rows that asked for it, bit for bit as
-// qk::sampling::softmax writes it: the product of the two floats is exact in double and rounded
-// to float by hand below 2^-126, where the driver might flush. Grid: x over the vocabulary, y rows.
+// The softmax output p = exp_difference(x, max) * factor (extra) for rows that asked for it, bit
+// for bit as qk::sampling::softmax writes it: the product of the two floats is exact in double
+// and rounded to float by hand below 2^-126, where the driver might flush. Grid: x over the
+// vocabulary, y rows.
 
 #include "sampling_common.glsl"
 
