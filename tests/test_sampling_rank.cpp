@@ -247,6 +247,9 @@ TEST_CASE("rank histogram: buckets of 2^17 logits and more are folded before a 6
     CHECK(total == (sd::mass_t{n} << 48));
     CHECK(histogram.mass[0] == (sd::mass_t{n} << 48));
     CHECK(lowest == 0.25f);
+    // exp_mass's 64-bit lanes (AVX-512) are added up before they could overflow, too.
+    CHECK(sd::exp_mass<qk::arch::vector_native>(equal.data(), n, 0.25f, e.data(), lowest) == (sd::mass_t{n} << 48));
+    CHECK(sd::exp_mass<qk::arch::vector_native>(equal.data(), n, 0.25f, nullptr, lowest) == (sd::mass_t{n} << 48));
     sd::rank_scratch scratch;
     // Every token ties: the k-th unit of 2^48 ends at token k - 1.
     const auto found = sd::find_by_rank<qk::arch::vector_native, false>(equal.data(), e.data(), n, 0.25f, 0.25f,
@@ -279,21 +282,28 @@ TEST_CASE("rank histogram: buckets of 2^17 logits and more are folded before a 6
     float low_plain = 0.0f;
     float high_plain = 0.0f;
     sd::rank_histogram by_key;
-    sd::distance_keys_histogram<qk::arch::vector_native>(x.data(), e.data(), n, center, 128.0f, keys.data(), low, high, by_key);
+    const sd::mass_t by_key_total =
+        sd::distance_keys_histogram<qk::arch::vector_native>(x.data(), e.data(), n, center, 128.0f, keys.data(), low, high, by_key);
     sd::distance_keys<qk::arch::vector_native>(x.data(), e.data(), n, center, keys_plain.data(), low_plain, high_plain);
     CHECK(std::memcmp(keys.data(), keys_plain.data(), n * sizeof(float)) == 0);
     CHECK(same_bits(low, low_plain));
     CHECK(same_bits(high, high_plain));
     std::fill(bucket_ref.begin(), bucket_ref.end(), mass_ref{0});
     std::vector<std::pair<float, std::size_t>> ranked;
+    mass_ref by_key_total_ref = 0;
+    std::size_t wrong_buckets = 0;
     for (std::size_t i = 0; i < n; ++i) {
         const float key = -std::fabs(center - x[i]);
         const float d = (0.0f - key) * 128.0f;
         const auto b = static_cast<std::size_t>(d < 1023.0f ? d : 1023.0f);
         bucket_ref[b] += mass_of_ref(e[i]);
+        by_key_total_ref += mass_of_ref(e[i]);
+        wrong_buckets += by_key.bucket_of[i] == b ? 0 : 1;
         ranked.emplace_back(key, b);
     }
     CHECK(std::equal(bucket_ref.begin(), bucket_ref.end(), by_key.mass.begin()));
+    CHECK(by_key_total == by_key_total_ref);
+    CHECK(wrong_buckets == 0);
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     CHECK(std::is_sorted(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second < b.second; }));
     const float from = std::max(lowest, max - 34.0f);

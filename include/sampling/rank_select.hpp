@@ -276,6 +276,9 @@ struct rank_histogram {
     float top = minus_infinity;
     float per_unit = 32.0f;
     std::vector<mass_t> mass;
+    // Each token's bucket, stored by the pass that builds the histogram, so that gathering one
+    // bucket compares 16-bit numbers instead of recomputing every token's position.
+    std::vector<std::uint16_t> bucket_of;
     std::vector<std::uint64_t> partial; // scratch of the pass, kept for its capacity
 
     // The bucket as a float in [0, last], whose truncation is the bucket (NaN fails the comparison).
@@ -308,12 +311,16 @@ class histogram_builder {
 public:
     static constexpr std::size_t block = 256; // pairs per add()
 
-    histogram_builder(rank_histogram& h, float top, float per_unit) : h_(h)
+    // For the buckets of n tokens, added in order.
+    histogram_builder(rank_histogram& h, float top, float per_unit, std::size_t n) : h_(h)
     {
         h.top = top;
         h.per_unit = per_unit;
         h.mass.assign(buckets, 0);
         h.partial.assign(copies * buckets, 0);
+        if (h.bucket_of.size() < n) {
+            h.bucket_of.resize(n);
+        }
     }
 
     void add(const std::uint32_t* bucket, const std::uint64_t* mass, std::size_t count) noexcept
@@ -329,6 +336,11 @@ public:
         for (; j < count; ++j) {
             partial[bucket[j]] += mass[j];
         }
+        std::uint16_t* __restrict bucket_of = h_.bucket_of.data() + tokens_;
+        for (j = 0; j < count; ++j) {
+            bucket_of[j] = static_cast<std::uint16_t>(bucket[j]);
+        }
+        tokens_ += count;
         added_ += count;
         if (added_ >= fold_every) {
             fold();
@@ -362,7 +374,8 @@ private:
     }
 
     rank_histogram& h_;
-    std::size_t added_ = 0;
+    std::size_t tokens_ = 0; // added so far
+    std::size_t added_ = 0;  // since the last fold
 };
 
 // The bucket in h and the mass of values v[0 .. count) with weights e (count at most a builder's block).
@@ -425,7 +438,7 @@ template <class Arch>
                                         rank_histogram& h)
 {
     constexpr std::size_t block = histogram_builder::block;
-    histogram_builder builder(h, max, per_unit);
+    histogram_builder builder(h, max, per_unit, n);
     alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
@@ -461,18 +474,54 @@ template <class Arch>
 }
 
 // distance_keys (typical's keys -|center - x[i]|, stored, and their range) and, in the same pass,
-// the histogram of the masses of weights e by key (top: 0, which no key is above).
+// the histogram of the masses of weights e by key (top: 0, which no key is above); returns the
+// total mass.
 template <class Arch>
-void distance_keys_histogram(const float* x, const float* e, std::size_t n, float center, float per_unit, float* keys, float& lowest,
-                             float& highest, rank_histogram& h)
+[[nodiscard]] mass_t distance_keys_histogram(const float* x, const float* e, std::size_t n, float center, float per_unit, float* keys,
+                                             float& lowest, float& highest, rank_histogram& h)
 {
     constexpr std::size_t block = histogram_builder::block;
-    histogram_builder builder(h, 0.0f, per_unit);
+    histogram_builder builder(h, 0.0f, per_unit, n);
     alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
     highest = minus_infinity;
-    for (std::size_t begin = 0; begin < n; begin += block) {
+    std::size_t done = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // distance_keys and buckets_and_masses in one loop, the keys kept in registers.
+        const __m512 c = _mm512_set1_ps(center);
+        const __m512 sign = _mm512_set1_ps(-0.0f);
+        const __m512 none = _mm512_set1_ps(minus_infinity);
+        const __m512 unit = _mm512_set1_ps(0x1.0p48f);
+        const __m512 scale = _mm512_set1_ps(per_unit);
+        const __m512 last = _mm512_set1_ps(rank_histogram::last);
+        __m512 low = _mm512_set1_ps(lowest);
+        __m512 high = _mm512_set1_ps(highest);
+        for (; done + block <= n; done += block) {
+            for (std::size_t i = 0; i < block; i += 16) {
+                const std::size_t at = done + i;
+                const __m512 v = _mm512_loadu_ps(x + at);
+                const __m512 ev = _mm512_loadu_ps(e + at);
+                // -|center - v|, -inf for NaN
+                const __m512 key = _mm512_mask_or_ps(none, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_sub_ps(c, v), sign);
+                _mm512_storeu_ps(keys + at, key);
+                high = _mm512_max_ps(high, key);
+                low = _mm512_mask_min_ps(low, _mm512_cmp_ps_mask(ev, _mm512_setzero_ps(), _CMP_GT_OQ), low, key);
+                const __m512 scaled = _mm512_mul_ps(ev, unit);
+                _mm512_store_si512(mass + i, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
+                _mm512_store_si512(mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
+                // (0 - key) per unit, as h.position(key) with top 0; the key is never NaN.
+                const __m512 d = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), key), scale), last);
+                _mm512_store_si512(bucket + i, _mm512_cvttps_epu32(d));
+            }
+            builder.add(bucket, mass, std::min(block, n - done)); // block; not a constant, which g++ 12 misreads
+        }
+        lowest = _mm512_reduce_min_ps(low);
+        highest = _mm512_reduce_max_ps(high);
+    }
+#endif
+    for (std::size_t begin = done; begin < n; begin += block) {
         const std::size_t count = std::min(block, n - begin);
         float block_lowest = 0.0f;
         float block_highest = 0.0f;
@@ -482,78 +531,71 @@ void distance_keys_histogram(const float* x, const float* e, std::size_t n, floa
         buckets_and_masses<Arch>(keys + begin, e + begin, count, h, bucket, mass);
         builder.add(bucket, mass, count);
     }
-    (void)builder.finish();
+    return builder.finish();
 }
 
-// Appends the tokens of bucket `b` of h with value (logit or key) >= low that rank at or before `bound` to
-// `out` (cleared for n tokens), as gather_range does for a range of logits.
+// Appends the tokens of bucket `b` of h with value (logit or key) >= low that rank at or before
+// `bound` to `out` (cleared for n tokens), as gather_range does for a range of logits. x must be
+// the values h was built from (its bucket_of).
 template <class Arch>
 void gather_bucket(const float* x, const float* e, std::size_t n, const rank_histogram& h, std::size_t b, float low, rank_bound bound,
                    token_arrays& out)
 {
-    const float top = h.top;
+    const std::uint16_t* bucket_of = h.bucket_of.data();
+    const auto want = static_cast<std::uint16_t>(b);
     std::int32_t* __restrict out_id = out.id.data();
     float* __restrict out_logit = out.logit.data();
     float* __restrict out_weight = out.weight.data();
-    const auto first = static_cast<float>(b);
-    const auto next = static_cast<float>(b + 1);
     std::size_t k = 0;
     const auto take = [=, &k](std::size_t from, std::size_t to) {
         for (std::size_t i = from; i < to; ++i) {
             const float v = x[i];
-            const float position = h.position(v);
             const auto id = static_cast<std::int32_t>(i);
             out_id[k] = id;
             out_logit[k] = v;
             out_weight[k] = e[i];
-            k += static_cast<std::size_t>(position >= first) & static_cast<std::size_t>(position < next) &
-                 static_cast<std::size_t>(v >= low) & static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
+            k += static_cast<std::size_t>(bucket_of[i] == want) & static_cast<std::size_t>(v >= low) &
+                 static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
         }
     };
     std::size_t i = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        const __m512 t = _mm512_set1_ps(top);
-        const __m512 per_unit = _mm512_set1_ps(h.per_unit);
-        const __m512 last = _mm512_set1_ps(rank_histogram::last);
+#if defined(__AVX512BW__)
+    if constexpr (std::is_base_of_v<xsimd::avx512bw, simd_of<Arch>>) {
+        const __m512i wanted = _mm512_set1_epi16(static_cast<short>(want));
         const __m512 lo = _mm512_set1_ps(low);
-        const __m512 f = _mm512_set1_ps(first);
-        const __m512 nx = _mm512_set1_ps(next);
         const __m512 tie = _mm512_set1_ps(bound.logit);
         const __m512i tie_id = _mm512_set1_epi32(bound.id);
         const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        for (; i + 16 <= n; i += 16) {
-            const __m512 v = _mm512_loadu_ps(x + i);
-            // min_ps gives its second operand where the first is NaN, as position() does.
-            const __m512 position = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(t, v), per_unit), last);
-            __mmask16 in = _mm512_cmp_ps_mask(position, f, _CMP_GE_OQ) & _mm512_cmp_ps_mask(position, nx, _CMP_LT_OQ) &
-                           _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
-            if (in == 0) {
+        for (; i + 32 <= n; i += 32) {
+            const __mmask32 hits = _mm512_cmpeq_epi16_mask(_mm512_loadu_si512(bucket_of + i), wanted);
+            if (hits == 0) {
                 continue;
             }
-            const __m512i id = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(i)));
-            in &= static_cast<__mmask16>(~(_mm512_cmp_ps_mask(v, tie, _CMP_EQ_OQ) & _mm512_cmpgt_epi32_mask(id, tie_id)));
-            _mm512_storeu_si512(out_id + k, _mm512_maskz_compress_epi32(in, id));
-            _mm512_storeu_ps(out_logit + k, _mm512_maskz_compress_ps(in, v));
-            _mm512_storeu_ps(out_weight + k, _mm512_maskz_compress_ps(in, _mm512_loadu_ps(e + i)));
-            k += static_cast<std::size_t>(__builtin_popcount(in));
+            for (std::size_t half = 0; half < 32; half += 16) {
+                const auto hit = static_cast<__mmask16>(hits >> half);
+                if (hit == 0) {
+                    continue;
+                }
+                const std::size_t at = i + half;
+                const __m512 v = _mm512_loadu_ps(x + at);
+                const __m512i id = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(at)));
+                const auto in = static_cast<__mmask16>(
+                    hit & _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ) &
+                    static_cast<__mmask16>(~(_mm512_cmp_ps_mask(v, tie, _CMP_EQ_OQ) & _mm512_cmpgt_epi32_mask(id, tie_id))));
+                _mm512_storeu_si512(out_id + k, _mm512_maskz_compress_epi32(in, id));
+                _mm512_storeu_ps(out_logit + k, _mm512_maskz_compress_ps(in, v));
+                _mm512_storeu_ps(out_weight + k, _mm512_maskz_compress_ps(in, _mm512_loadu_ps(e + at)));
+                k += static_cast<std::size_t>(__builtin_popcount(in));
+            }
         }
     }
 #endif
     if constexpr (!is_scalar<Arch>) {
-        using V = simd_float<Arch>;
-        constexpr std::size_t w = V::size;
-        const V t(top);
-        const V per_unit(h.per_unit);
-        const V last(rank_histogram::last);
-        const V lo(low);
-        const V f(first);
-        const V nx(next);
+        using U = xsimd::batch<std::uint16_t, simd_of<Arch>>;
+        constexpr std::size_t w = U::size;
+        const U wanted(want);
         for (; i + w <= n; i += w) {
-            const V v = V::load_unaligned(x + i);
-            const V d = (t - v) * per_unit;
-            const V position = xsimd::select(d < last, d, last);
-            if (xsimd::any((position >= f) && (position < nx) && (v >= lo))) {
+            if (xsimd::any(U::load_unaligned(bucket_of + i) == wanted)) {
                 take(i, i + w);
             }
         }

@@ -168,6 +168,14 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                     sd::typical_moments<reference>(x, e_plain.data(), n, max, z_ref, s_ref);
                     CHECK(z_fused == z_ref);
                     CHECK(s_fused == s_ref);
+                    // The same pass without the masses (typical over 4096 logits and more).
+                    std::fill(e_fused.begin(), e_fused.end(), -1.0f);
+                    lowest_fused = 0.0f;
+                    sd::exp_moments<tag>(x, n, max, e_fused.data(), lowest_fused, z_fused, s_fused);
+                    CHECK(std::memcmp(e_fused.data(), e_plain.data(), n * sizeof(float)) == 0);
+                    CHECK(same_bits(lowest_fused, lowest_plain));
+                    CHECK(z_fused == z_ref);
+                    CHECK(s_fused == s_ref);
                 }
                 const auto center = static_cast<float>(static_cast<double>(max) + s_ref / z_ref);
                 std::vector<float> keys(n);
@@ -184,12 +192,21 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                 // The keys' pass with the histogram by key: the same keys and range, and generic's masses.
                 sd::rank_histogram by_key;
                 sd::rank_histogram by_key_ref;
-                sd::distance_keys_histogram<tag>(x, e.data(), n, center, 64.0f, keys.data(), low, high, by_key);
-                sd::distance_keys_histogram<reference>(x, e.data(), n, center, 64.0f, keys_ref.data(), low_ref, high_ref, by_key_ref);
+                const sd::mass_t by_key_total = sd::distance_keys_histogram<tag>(x, e.data(), n, center, 64.0f, keys.data(), low, high, by_key);
+                const sd::mass_t by_key_total_ref =
+                    sd::distance_keys_histogram<reference>(x, e.data(), n, center, 64.0f, keys_ref.data(), low_ref, high_ref, by_key_ref);
                 CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
                 CHECK(same_bits(low, low_ref));
                 CHECK(same_bits(high, high_ref));
                 CHECK(by_key.mass == by_key_ref.mass);
+                CHECK(by_key.bucket_of == by_key_ref.bucket_of);
+                // Its total is the weights' mass, which typical then no longer adds in the weights' pass.
+                sd::mass_t weights_total = 0;
+                for (std::size_t i = 0; i < n; ++i) {
+                    weights_total += sd::mass_of(e[i]);
+                }
+                CHECK(by_key_total == weights_total);
+                CHECK(by_key_total_ref == weights_total);
 
                 for (int k = 0; k < 64; ++k) {
                     const double u = (k + 0.5) / 64.0;
@@ -283,6 +300,18 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                 CHECK(same_bits(lowest_histogram, lowest_ref));
                 CHECK(std::memcmp(e_histogram.data(), e_ref.data(), n * sizeof(float)) == 0);
                 CHECK(histogram.mass == histogram_ref.mass);
+                // Each token's stored bucket: its position's truncation, as a plain loop finds it
+                // (the last bucket for NaN).
+                REQUIRE(histogram.bucket_of.size() >= n);
+                const auto bucket_by_loop = [&](std::size_t i) {
+                    const float d = (max - x[i]) * per_unit;
+                    return static_cast<std::size_t>(d < 1023.0f ? d : 1023.0f);
+                };
+                std::size_t wrong_buckets = 0;
+                for (std::size_t i = 0; i < n; ++i) {
+                    wrong_buckets += histogram.bucket_of[i] == bucket_by_loop(i) && histogram_ref.bucket_of[i] == bucket_by_loop(i) ? 0 : 1;
+                }
+                CHECK(wrong_buckets == 0);
 
                 std::array<float, sd::rank_splits> thresholds;
                 for (std::size_t j = 0; j < sd::rank_splits; ++j) {
@@ -319,6 +348,16 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                         CHECK(std::equal(got.id.begin(), got.id.begin() + static_cast<std::ptrdiff_t>(got.count), want.id.begin()));
                         CHECK(std::memcmp(got.logit.data(), want.logit.data(), got.count * sizeof(float)) == 0);
                         CHECK(std::memcmp(got.weight.data(), want.weight.data(), got.count * sizeof(float)) == 0);
+                        // The ids a plain loop over the positions gathers.
+                        std::vector<std::int32_t> ids;
+                        for (std::size_t i = 0; i < n; ++i) {
+                            const auto id = static_cast<std::int32_t>(i);
+                            if (bucket_by_loop(i) == b && x[i] >= max - 34.0f && !(x[i] == bound.logit && id > bound.id)) {
+                                ids.push_back(id);
+                            }
+                        }
+                        REQUIRE(got.count == ids.size());
+                        CHECK(std::equal(ids.begin(), ids.end(), got.id.begin()));
                     }
                 }
 
@@ -360,4 +399,25 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
             }
         }
     }
+}
+
+TEST_CASE("exact masses: sums of many full weights stay exact on the tag")
+{
+    // Every weight is 1 (2^48 units): 3 * 2^17 + 5 of them pass any lane or copy of the passes
+    // that add them in 64 bits, each of which must be added up before it overflows.
+    const std::size_t n = 3 * (std::size_t{1} << 17) + 5;
+    const std::vector<float> equal(n, 0.25f);
+    const sd::mass_t all = sd::mass_t{n} << 48;
+    std::vector<float> e(n);
+    float lowest = 0.0f;
+    CHECK(sd::exp_mass<tag>(equal.data(), n, 0.25f, e.data(), lowest) == all);
+    CHECK(lowest == 0.25f);
+    CHECK(sd::exp_mass<tag>(equal.data(), n, 0.25f, nullptr, lowest) == all);
+    sd::rank_histogram histogram;
+    CHECK(sd::exp_mass_histogram<tag>(equal.data(), n, 0.25f, 32.0f, e.data(), lowest, histogram) == all);
+    CHECK(histogram.mass[0] == all);
+    std::vector<float> keys(n);
+    float high = 0.0f;
+    CHECK(sd::distance_keys_histogram<tag>(equal.data(), e.data(), n, 0.25f, 32.0f, keys.data(), lowest, high, histogram) == all);
+    CHECK(histogram.mass[0] == all);
 }

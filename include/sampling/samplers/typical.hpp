@@ -7,12 +7,13 @@
 // and -log p - H = s / z - (l - max): the score is |center - l| with center = float(max + s / z)
 // (rounded once, not through log p), +inf for a -inf logit. The masses are exact_mass.hpp's
 // (e in 2^-48 units, summed in integers): the prefix must reach floor(p * total) + 1.
-// Over a whole vocabulary nothing is sorted: one pass for the weights, their mass and the
-// moments, one for the keys -|center - l| (from 4096 logits with the exact mass of each of
-// 1024 buckets by key, rank_select.hpp's rank_histogram), then the crossing token by rank: a walk
-// of the buckets and one gathering pass (without the histogram, a few passes narrowing the keys);
-// the set becomes candidates::form::ranked, which dist draws from by the same search. A list is
-// sorted by score.
+// Over a whole vocabulary nothing is sorted: one pass for the weights and the moments, one for
+// the keys -|center - l| (from 4096 logits with the exact mass of each of 1024 buckets by key,
+// rank_select.hpp's rank_histogram, whose sum is the total; below that the first pass adds the
+// masses), then the crossing token by rank: a walk of the buckets and one gathering pass over the
+// tokens' stored buckets (without the histogram, a few passes narrowing the keys); the set
+// becomes candidates::form::ranked, which dist draws from by the same search. A list is sorted
+// by score.
 // Differs from llama.cpp: a candidate with a -inf logit adds nothing to H here and scores +inf, so
 // it goes last. llama_sampler_typical_apply adds -p logf(p) for it as well: 0 * -inf makes H NaN,
 // every score NaN, and its std::sort then leaves an unspecified order (with libstdc++: unchanged
@@ -136,24 +137,29 @@ private:
         const float max = detail::max_logit<arch::vector_native>(x, n);
         c.check_max(max);
         float* weights = c.weights_buffer();
+        float* keys = c.keys_buffer();
         float lowest_logit = 0.0f;
         double z = 0;
         double s = 0;
-        const detail::mass_t total = detail::exp_mass_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
-        const float center = center_from(max, z, s);
-        float* keys = c.keys_buffer();
         float lowest = 0.0f;
         float highest = 0.0f;
+        detail::mass_t total = 0;
         const detail::rank_histogram* histogram = nullptr;
         if (n >= histogram_from) {
+            // The total mass comes from the histogram the keys' pass builds, so the weights' pass
+            // computes no masses.
+            detail::exp_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
+            const float center = center_from(max, z, s);
             // The buckets spread over the keys of the logits that weigh anything: |center - x|
             // for x from max - 34 (or the lowest logit) to max, center between them.
             const float from = std::max(lowest_logit, max - 34.0f);
             const float per_unit = detail::rank_histogram::unit_for(std::max(center - from, max - center));
-            detail::distance_keys_histogram<arch::vector_native>(x, weights, n, center, per_unit, keys, lowest, highest, c.rank_histogram());
+            total = detail::distance_keys_histogram<arch::vector_native>(x, weights, n, center, per_unit, keys, lowest, highest,
+                                                                         c.rank_histogram());
             histogram = &c.rank_histogram();
         } else {
-            detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
+            total = detail::exp_mass_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
+            detail::distance_keys<arch::vector_native>(x, weights, n, center_from(max, z, s), keys, lowest, highest);
         }
         const detail::rank_position found = detail::find_by_rank<arch::vector_native, false>(
             keys, weights, n, lowest, highest, detail::mass_beyond(p_, total), detail::everything, c.rank_scratch(), histogram);
