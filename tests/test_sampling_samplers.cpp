@@ -500,6 +500,39 @@ std::size_t draw_as_dist(std::vector<token_data>& l, bool whole, double u)
     return list_draw(l, u);
 }
 
+// A floor's draw (mirostat keeping more than 1/32 of a whole vocabulary): the tokens `kept`
+// passes, in id order, drawn by a walk of exact masses; p the chosen token's mass over theirs, and
+// p 0 in `listed` (a floor's list()). Returns the chosen index in `floor`.
+template <class Keep>
+std::size_t floor_draw_ref(const std::vector<token_data>& items, float max, double u, Keep&& kept, std::vector<token_data>& floor,
+                           std::vector<token_data>& listed)
+{
+    floor.clear();
+    mass_ref kept_mass = 0;
+    for (const auto& t : items) {
+        if (kept(t)) {
+            floor.push_back(t);
+            kept_mass += mass_of_ref(d_exp(t.logit - max));
+        }
+    }
+    const double product = u * static_cast<double>(kept_mass);
+    mass_ref running = 0;
+    std::size_t chosen = floor.size() - 1; // where rounding left the product at the total
+    for (std::size_t i = 0; i < floor.size(); ++i) {
+        running += mass_of_ref(d_exp(floor[i].logit - max));
+        if (static_cast<long double>(running) > static_cast<long double>(product)) {
+            chosen = i;
+            break;
+        }
+    }
+    listed = floor;
+    for (auto& t : listed) {
+        t.p = 0.0f;
+    }
+    floor[chosen].p = static_cast<float>(static_cast<double>(mass_of_ref(d_exp(floor[chosen].logit - max))) / static_cast<double>(kept_mass));
+    return chosen;
+}
+
 } // namespace
 
 TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
@@ -510,6 +543,7 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
     };
     const params all[] = {{5.0f, 0.1f, 100}, {3.0f, 0.5f, 100}, {1.0f, 0.3f, 2}, {4.0f, 0.2f, 1}};
     std::uint32_t seed = 900;
+    int floors = 0; // steps that kept more than 1/32 of a whole vocabulary
     for (const std::size_t n : {std::size_t{2}, std::size_t{5}, std::size_t{37}, std::size_t{1000}, std::size_t{5000}}) {
         for (const auto& prm : all) {
             for (const start s : {start::view, start::list_ids, start::top_k_list}) {
@@ -557,7 +591,17 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
                         }
                     }
                     std::size_t chosen = 0;
-                    if (keep < l.size()) {
+                    const bool finite = std::all_of(l.begin(), l.end(), [](const token_data& t) { return std::isfinite(t.logit); });
+                    if (in.whole && finite && keep < l.size() && keep * 32 > l.size()) {
+                        // More than 1/32 of a whole vocabulary of finite logits: the floor at the
+                        // k-th best's logit, its ties with it.
+                        const float floor_logit = l[keep - 1].logit;
+                        std::vector<token_data> listed;
+                        chosen = floor_draw_ref(in.items, max, u, [floor_logit](const token_data& t) { return t.logit >= floor_logit; }, l, listed);
+                        CHECK(l.size() >= keep);
+                        check_set(c, as_list(listed));
+                        ++floors;
+                    } else if (keep < l.size()) {
                         l.resize(keep);
                         softmax_list(l);
                         chosen = list_draw(l, u);
@@ -585,6 +629,7 @@ TEST_CASE("mirostat: k from the Zipf estimate, draw, and mu updated on accept")
             }
         }
     }
+    CHECK(floors >= 30); // 35 with these seeds
 }
 
 TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, and mu updated on accept")
@@ -630,32 +675,11 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
                     if (in.whole && share > 0 && passing < l.size() && passing * 32 > l.size()) {
                         // More than 1/32 of a whole vocabulary (-inf logits too): the floor, in id
                         // order, drawn by a walk of exact masses; p the token's mass over the floor's.
-                        std::vector<token_data> kept;
-                        mass_ref kept_mass = 0;
-                        for (const auto& t : in.items) {
-                            if (mass_of_ref(d_exp(t.logit - max)) >= share) {
-                                kept.push_back(t);
-                                kept_mass += mass_of_ref(d_exp(t.logit - max));
-                            }
-                        }
-                        REQUIRE(kept.size() == keep);
-                        const double product = u * static_cast<double>(kept_mass);
-                        mass_ref running = 0;
-                        chosen = kept.size() - 1; // where rounding left the product at the total
-                        for (std::size_t i = 0; i < kept.size(); ++i) {
-                            running += mass_of_ref(d_exp(kept[i].logit - max));
-                            if (static_cast<long double>(running) > static_cast<long double>(product)) {
-                                chosen = i;
-                                break;
-                            }
-                        }
-                        kept[chosen].p = static_cast<float>(static_cast<double>(mass_of_ref(d_exp(kept[chosen].logit - max))) /
-                                                            static_cast<double>(kept_mass));
-                        l = kept;
-                        for (auto& t : kept) {
-                            t.p = 0.0f; // list() of a floor: p 0
-                        }
-                        check_set(c, as_list(kept));
+                        std::vector<token_data> listed;
+                        chosen = floor_draw_ref(
+                            in.items, max, u, [&](const token_data& t) { return mass_of_ref(d_exp(t.logit - max)) >= share; }, l, listed);
+                        REQUIRE(l.size() == keep);
+                        check_set(c, as_list(listed));
                         ++floors;
                     } else if (keep < l.size()) {
                         l.resize(keep);

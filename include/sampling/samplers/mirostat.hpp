@@ -14,11 +14,12 @@
 // Both then draw as dist does from what they keep: the best k as a sorted list (renormalized
 // softmax, draw in that order); everything, the set as it is (a whole vocabulary in id order
 // with dist's whole-vocabulary draw and softmax's probability for the surprise, a list in its
-// order); except that v2, keeping more than 1/32 of a whole vocabulary (the search for the last
-// kept one counts its finite logits by rank; -inf and NaN weigh nothing), makes it the floor at
-// that one's logit (candidates::form::floor, id order: min_p's form), draws as dist draws over a
-// floor (exact masses in id order) and takes the selected token's probability as its exact mass
-// over the floor's. Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best
+// order); except that either, keeping more than 1/32 of a whole vocabulary, makes it the floor at
+// the last kept one's logit (candidates::form::floor, id order: min_p's form; the search for that
+// one counts the finite logits by rank: for v2, -inf and NaN weigh nothing; v1 keeps its list
+// when a logit is -inf or NaN), draws as dist draws over a floor (exact masses in id order) and
+// takes the selected token's probability as its exact mass over the floor's. A floor keeps the
+// last one's ties with it: v1 then keeps more than k when logits tie at the k-th. Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best
 // with a top-k scan, v2 counts the passing tokens in a pass over the weights, and keeping k is
 // top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
@@ -49,6 +50,11 @@ namespace qk::sampling {
 namespace detail {
 
 inline constexpr float inverse_ln2 = 1.44269504f;
+
+// Either version keeping more than 1/32 of a whole vocabulary makes it a floor (as min_p's):
+// dist's draw over it is one masked pass over the vocabulary, where a list of them would be
+// sorted first.
+inline constexpr std::size_t mirostat_floor_share = 32;
 
 [[nodiscard]] inline float surprise(float p) noexcept
 {
@@ -171,7 +177,7 @@ public:
                 keep = std::max<std::size_t>(1, static_cast<std::size_t>(k));
             }
         }
-        if (keep < size) {
+        if (keep < size && !(c.whole_vocabulary() && keep * detail::mirostat_floor_share > size && keep_floor(c, keep))) {
             detail::keep_top_k(c, keep);
         }
         state_.select(c, u);
@@ -198,6 +204,23 @@ public:
     }
 
 private:
+    // The floor at the k-th best's logit (its ties pass with it), as v2 keeps many; false (nothing
+    // changed) when a logit is -inf or NaN, where counting by rank does not apply.
+    static bool keep_floor(candidates& c, std::size_t k)
+    {
+        const float* x = c.vocabulary_logits();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        float lowest = 0.0f;
+        float highest = 0.0f;
+        if (!detail::finite_range<arch::vector_native>(x, n, lowest, highest)) {
+            return false;
+        }
+        const detail::rank_position kth =
+            detail::find_by_rank<arch::vector_native, true>(x, nullptr, n, lowest, highest, k, detail::everything, c.rank_scratch());
+        c.keep_at_least(kth.logit, highest);
+        return true;
+    }
+
     std::int32_t m_;
     detail::mirostat_feedback state_;
     std::vector<token_data> best_; // scratch, kept for its capacity
@@ -243,7 +266,7 @@ public:
                 // its ties (of equal weight) pass with it, instead of sorting them. The count by
                 // rank runs over the finite logits: -inf and NaN, which weigh nothing, rank after
                 // every kept token and are never counted.
-                if (w > 0.0f && keep < size && keep * floor_share > size) {
+                if (w > 0.0f && keep < size && keep * detail::mirostat_floor_share > size) {
                     const detail::rank_position last = detail::find_by_rank<arch::vector_native, true>(
                         x, nullptr, size, finite_lowest, max, keep, detail::everything, c.rank_scratch());
                     c.keep_at_least(last.logit, max);
@@ -294,10 +317,6 @@ private:
         }
         return least >= 1.0f ? total : detail::mass_share(least, total);
     }
-
-    // More than 1/32 of the set kept makes it a floor (as min_p's): dist's draw over it is one
-    // masked pass over the vocabulary, where a list of them would be sorted first.
-    static constexpr std::size_t floor_share = 32;
 
     detail::mirostat_feedback state_;
 };
