@@ -363,6 +363,76 @@ TEST_CASE("top_p then dist over a whole vocabulary: the token a sorted walk of e
     }
 }
 
+TEST_CASE("top_k above 2048 and 1/32 of a whole vocabulary then dist: the k best, drawn by a walk of exact masses")
+{
+    std::uint32_t seed = 177;
+    int prefixes = 0;
+    for (const int kind : {0, 1, 2, 3, 4}) {
+        for (const std::size_t n : {std::size_t{2050}, std::size_t{5000}, std::size_t{60000}, std::size_t{70000}}) {
+            const auto x = vocabulary(n, seed++, kind);
+            std::vector<token_data> sorted;
+            for (std::size_t i = 0; i < n; ++i) {
+                sorted.push_back({static_cast<std::int32_t>(i), norm(x[i]), 0.0f});
+            }
+            std::sort(sorted.begin(), sorted.end(), [](const token_data& a, const token_data& b) {
+                return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+            });
+            const float max = sorted.front().logit;
+            const bool finite = std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+            for (const std::size_t k : {std::size_t{2048}, std::size_t{2049}, std::size_t{3001}, n / 2, n - 1}) {
+                if (k >= n || k < 2048) {
+                    continue;
+                }
+                // 2048 and k of at most 1/32 of the vocabulary stay sorted lists (dist's list draw,
+                // which the other tests check); the rest of finite logits become prefixes.
+                const bool prefix = finite && k > 2048 && k * 32 > n;
+                prefixes += prefix ? 1 : 0;
+                const std::vector<token_data> kept(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k));
+                mass_ref kept_mass = 0;
+                for (const auto& t : kept) {
+                    kept_mass += mass_of_ref(d_exp(t.logit - max));
+                }
+                const std::uint64_t dist_seed = seed * 17 + 3;
+                auto chain = qk::sampling::chain::parse("top_k(k=" + std::to_string(k) + ");dist(seed=" + std::to_string(dist_seed) + ")");
+                qk::sampling::random_source uniforms(dist_seed, qk::sampling::stream::dist);
+                CAPTURE(kind);
+                CAPTURE(n);
+                CAPTURE(k);
+                for (int step = 0; step < 6; ++step) {
+                    const double u = uniforms.uniform();
+                    const std::int32_t got = chain.sample(x);
+                    if (!prefix) {
+                        continue;
+                    }
+                    const double product = u * static_cast<double>(kept_mass);
+                    mass_ref running = 0;
+                    std::int32_t want = kept.back().id; // where rounding left the product at the total
+                    for (const auto& t : kept) {
+                        running += mass_of_ref(d_exp(t.logit - max));
+                        if (static_cast<long double>(running) > static_cast<long double>(product)) {
+                            want = t.id;
+                            break;
+                        }
+                    }
+                    CHECK(got == want);
+                }
+                // The set, listed: the k best in rank order, whichever form holds them.
+                qk::sampling::candidates c;
+                c.reset(std::span<const float>(x));
+                qk::sampling::top_k(static_cast<std::int32_t>(k)).apply(c);
+                const auto& listed = c.list();
+                REQUIRE(listed.size() == k);
+                std::size_t wrong = 0;
+                for (std::size_t i = 0; i < k; ++i) {
+                    wrong += listed[i].id == kept[i].id && std::bit_cast<std::uint32_t>(listed[i].logit) == std::bit_cast<std::uint32_t>(kept[i].logit) ? 0 : 1;
+                }
+                CHECK(wrong == 0);
+            }
+        }
+    }
+    CHECK(prefixes >= 20);
+}
+
 TEST_CASE("sort_by_rank: the order of a comparison sort by (logit high first, id low first)")
 {
     std::mt19937 rng(3);

@@ -87,6 +87,7 @@ struct token_arrays {
 struct rank_scratch {
     token_arrays ranges[2];
     std::vector<token_data> last;
+    std::vector<std::uint32_t> counts;
 };
 
 inline constexpr std::size_t rank_splits = 7; // thresholds per pass: eight brackets
@@ -323,10 +324,37 @@ public:
         }
     }
 
+    // Also counts the tokens of each bucket into `counts` (rank_histogram::buckets of them, set to
+    // 0 here), when not null.
+    void count_into(std::vector<std::uint32_t>* counts)
+    {
+        counts_ = counts;
+        if (counts != nullptr) {
+            counts->assign(copies * buckets, 0u);
+        }
+    }
+
     void add(const std::uint32_t* bucket, const std::uint64_t* mass, std::size_t count) noexcept
     {
         std::uint64_t* __restrict partial = h_.partial.data();
         std::size_t j = 0;
+        if (counts_ != nullptr) {
+            std::uint32_t* __restrict c = counts_->data();
+            for (; j + copies <= count; j += copies) {
+                partial[bucket[j]] += mass[j];
+                partial[buckets + bucket[j + 1]] += mass[j + 1];
+                partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
+                partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
+                ++c[bucket[j]];
+                ++c[buckets + bucket[j + 1]];
+                ++c[2 * buckets + bucket[j + 2]];
+                ++c[3 * buckets + bucket[j + 3]];
+            }
+            for (; j < count; ++j) {
+                partial[bucket[j]] += mass[j];
+                ++c[bucket[j]];
+            }
+        }
         for (; j + copies <= count; j += copies) {
             partial[bucket[j]] += mass[j];
             partial[buckets + bucket[j + 1]] += mass[j + 1];
@@ -353,6 +381,13 @@ public:
     [[nodiscard]] mass_t finish() noexcept
     {
         fold();
+        if (counts_ != nullptr) {
+            std::uint32_t* c = counts_->data();
+            for (std::size_t b = 0; b < buckets; ++b) {
+                c[b] += c[buckets + b] + c[2 * buckets + b] + c[3 * buckets + b];
+            }
+            counts_->resize(buckets);
+        }
         mass_t total = 0;
         for (const mass_t m : h_.mass) {
             total += m;
@@ -374,6 +409,7 @@ private:
     }
 
     rank_histogram& h_;
+    std::vector<std::uint32_t>* counts_ = nullptr;
     std::size_t tokens_ = 0; // added so far
     std::size_t added_ = 0;  // since the last fold
 };
@@ -432,13 +468,14 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
 
 // exp_mass (e[i] = exp(x[i] - max), stored; the total mass; `lowest` the smallest logit) and, in
 // the same pass, block by block while the block is in cache, the histogram of the masses by logit
-// (top: max).
+// (top: max) and, when `counts` is not null, the number of tokens in each bucket.
 template <class Arch>
 [[nodiscard]] mass_t exp_mass_histogram(const float* x, std::size_t n, float max, float per_unit, float* e, float& lowest,
-                                        rank_histogram& h)
+                                        rank_histogram& h, std::vector<std::uint32_t>* counts = nullptr)
 {
     constexpr std::size_t block = histogram_builder::block;
     histogram_builder builder(h, max, per_unit, n);
+    builder.count_into(counts);
     alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();

@@ -312,6 +312,15 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     wrong_buckets += histogram.bucket_of[i] == bucket_by_loop(i) && histogram_ref.bucket_of[i] == bucket_by_loop(i) ? 0 : 1;
                 }
                 CHECK(wrong_buckets == 0);
+                // The same pass counting each bucket's tokens (top_k's prefix), against those buckets.
+                std::vector<std::uint32_t> counts;
+                CHECK(sd::exp_mass_histogram<tag>(x, n, max, per_unit, e_histogram.data(), lowest_histogram, histogram, &counts) == total_ref);
+                CHECK(histogram.mass == histogram_ref.mass);
+                std::vector<std::uint32_t> counts_by_loop(sd::rank_histogram::buckets, 0u);
+                for (std::size_t i = 0; i < n; ++i) {
+                    ++counts_by_loop[bucket_by_loop(i)];
+                }
+                CHECK(counts == counts_by_loop);
 
                 std::array<float, sd::rank_splits> thresholds;
                 for (std::size_t j = 0; j < sd::rank_splits; ++j) {

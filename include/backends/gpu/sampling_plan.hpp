@@ -54,6 +54,10 @@ using layout::bias;
 using layout::keep_max;
 using layout::keep_top_k;
 
+// A top_k the device keeps as a list must be a list on the CPU too (not top_k's prefix), so that
+// dist draws from it the same way.
+static_assert(layout::max_list_capacity <= qk::sampling::detail::prefix_top_k_from);
+
 struct op {
     std::uint32_t kind = none;
     std::uint32_t param = 0;

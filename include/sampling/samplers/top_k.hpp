@@ -1,8 +1,11 @@
 // top_k: keeps the k candidates with the largest logits (ties: lower id first), sorted; k <= 0,
 // or k at least the set's size, keeps everything. Over a whole vocabulary, for k up to 256, it is
 // one SIMD pass against the k-th best seen so far (a heap of k); for larger k (of finite logits)
-// the k-th token is found by counting by rank (rank_select.hpp) and only the k kept are sorted.
-// No sort of the vocabulary ever happens.
+// the k-th token is found by counting by rank (rank_select.hpp) and only the k kept are sorted;
+// for k above 2048 and above 1/32 of a whole vocabulary (of finite logits) the set becomes the
+// prefix up to the k-th best (candidates::form::prefix, as top_p leaves it: list() sorts it, dist
+// draws from it by exact masses in rank order, not from a sorted list's probabilities), which
+// costs a few passes where sorting that many costs more. No sort of the vocabulary ever happens.
 // Differs from llama.cpp: equal logits rank by lower id, so a cut through a tie keeps the lowest
 // ids (llama_token_data_array_partial_sort(_inplace) compares logits only, leaving ties in no
 // defined order). When k covers the set nothing happens (a whole vocabulary stays in id order, a
@@ -47,6 +50,59 @@ inline bool keep_top_k_by_rank(candidates& c, std::size_t k)
     std::erase_if(out, [&kth](const token_data& t) { return t.logit == kth.logit && t.id > kth.id; });
     sort_by_rank(out, c.sort_keys());
     c.assign_list(true);
+    return true;
+}
+
+// Above this k, and above 1/32 of a whole vocabulary, top_k keeps a prefix instead of a sorted
+// list (top_k::apply). It is also the GPU backends' largest top-k list, so that a chain they run
+// never meets the prefix (their lists draw as a list does).
+inline constexpr std::size_t prefix_top_k_from = 2048;
+inline constexpr std::size_t prefix_top_k_share = 32;
+
+// The k best of a whole vocabulary of finite logits as a prefix (candidates::form::prefix, as
+// top_p leaves it): every weight, the total mass and the histogram by logit (with each bucket's
+// count) in one pass, the bucket of the k-th best from the counts, its tokens sorted to find it
+// and the mass through it. False (nothing changed) when a logit is -inf or NaN.
+inline bool keep_top_k_prefix(candidates& c, std::size_t k)
+{
+    const float* x = c.vocabulary_logits();
+    const auto n = static_cast<std::size_t>(c.vocab_size());
+    float least = 0.0f;
+    float max = 0.0f;
+    if (!finite_range<arch::vector_native>(x, n, least, max)) {
+        return false;
+    }
+    c.check_max(max);
+    constexpr float weightless_below = 34.0f; // exp(-34) is below 2^-48
+    const float per_unit = rank_histogram::unit_for(max - std::max(least, max - weightless_below));
+    float* weights = c.weights_buffer();
+    float lowest = 0.0f;
+    std::vector<std::uint32_t>& counts = c.rank_scratch().counts;
+    const mass_t total = exp_mass_histogram<arch::vector_native>(x, n, max, per_unit, weights, lowest, c.rank_histogram(), &counts);
+    const rank_histogram& h = c.rank_histogram();
+    std::size_t b = 0;
+    std::size_t before = 0; // tokens in the buckets above b
+    mass_t mass = 0;        // and their mass
+    while (before + counts[b] < k) {
+        before += counts[b];
+        mass += h.mass[b];
+        ++b;
+    }
+    token_arrays& in_bucket = c.rank_scratch().ranges[0];
+    in_bucket.clear(n);
+    gather_bucket<arch::vector_native>(x, weights, n, h, b, least, everything, in_bucket);
+    std::vector<token_data>& sorted = c.rank_scratch().last;
+    sorted.resize(in_bucket.count);
+    for (std::size_t i = 0; i < in_bucket.count; ++i) {
+        sorted[i] = {in_bucket.id[i], in_bucket.logit[i], in_bucket.weight[i]};
+    }
+    const auto kth = static_cast<std::ptrdiff_t>(k - before - 1);
+    std::partial_sort(sorted.begin(), sorted.begin() + kth + 1, sorted.end(), ranks_before);
+    for (std::ptrdiff_t i = 0; i <= kth; ++i) {
+        mass += mass_of(sorted[static_cast<std::size_t>(i)].p); // p holds the weight here
+    }
+    const token_data& last = sorted[static_cast<std::size_t>(kth)];
+    c.keep_prefix({last.logit, last.id}, mass, total, max, std::max(lowest, max - weightless_below), true);
     return true;
 }
 
@@ -98,10 +154,15 @@ public:
 
     void apply(candidates& c) const
     {
-        if (k_ <= 0 || static_cast<std::size_t>(k_) >= c.size()) {
+        const auto k = static_cast<std::size_t>(k_);
+        if (k_ <= 0 || k >= c.size()) {
             return;
         }
-        detail::keep_top_k(c, static_cast<std::size_t>(k_));
+        if (c.whole_vocabulary() && k > detail::prefix_top_k_from && k * detail::prefix_top_k_share > c.size() &&
+            detail::keep_top_k_prefix(c, k)) {
+            return;
+        }
+        detail::keep_top_k(c, k);
     }
 
     [[nodiscard]] std::int32_t k() const noexcept { return k_; }
