@@ -483,27 +483,9 @@ template <class Arch>
         const std::size_t count = std::min(block, n - begin);
         const float* xb = x + begin;
         float* eb = e + begin;
-        std::size_t i = 0;
-        if constexpr (!is_scalar<Arch>) {
-            using V = simd_float<Arch>;
-            constexpr std::size_t w = V::size;
-            const V m(max);
-            V low(lowest);
-            for (; i + w <= count; i += w) {
-                const V v = V::load_unaligned(xb + i);
-                low = xsimd::select(v < low, v, low); // NaN is never below
-                exp(v - m).store_unaligned(eb + i);
-            }
-            alignas(64) float lanes[w];
-            low.store_aligned(lanes);
-            for (const float l : lanes) {
-                lowest = l < lowest ? l : lowest;
-            }
-        }
-        for (; i < count; ++i) {
-            lowest = xb[i] < lowest ? xb[i] : lowest;
-            eb[i] = exp(xb[i] - max);
-        }
+        float block_lowest = 0.0f;
+        exp_weights<Arch>(xb, count, max, eb, block_lowest);
+        lowest = block_lowest < lowest ? block_lowest : lowest;
         buckets_and_masses<Arch>(xb, eb, count, h, bucket, mass);
         builder.add(bucket, mass, count);
     }
