@@ -166,7 +166,13 @@ template <class Arch>
                 lanes = _mm512_add_epi64(lanes, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
                 lanes = _mm512_add_epi64(lanes, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
             }
-            total += static_cast<std::uint64_t>(_mm512_reduce_add_epi64(lanes)); // 2^63 at most, which a signed sum would wrap
+            // Added as unsigned: the sum reaches 2^63, which _mm512_reduce_add_epi64's signed
+            // additions would overflow.
+            alignas(64) std::uint64_t sums[8];
+            _mm512_store_si512(sums, lanes);
+            for (const std::uint64_t v : sums) {
+                total += v;
+            }
         }
         lowest = _mm512_reduce_min_ps(low_x);
     }
