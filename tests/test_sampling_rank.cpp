@@ -422,11 +422,21 @@ TEST_CASE("top_k above 2048 and 1/32 of a whole vocabulary then dist: the k best
                 qk::sampling::top_k(static_cast<std::int32_t>(k)).apply(c);
                 const auto& listed = c.list();
                 REQUIRE(listed.size() == k);
+                // A prefix lists each one's probability in the whole vocabulary (as after top_p),
+                // a sorted list none (p 0).
+                mass_ref total = 0;
+                for (const float v : x) {
+                    total += std::isfinite(v) ? mass_of_ref(d_exp(v - max)) : 0;
+                }
                 std::size_t wrong = 0;
+                std::size_t wrong_p = 0;
                 for (std::size_t i = 0; i < k; ++i) {
                     wrong += listed[i].id == kept[i].id && std::bit_cast<std::uint32_t>(listed[i].logit) == std::bit_cast<std::uint32_t>(kept[i].logit) ? 0 : 1;
+                    const double p_ref = prefix ? static_cast<double>(d_exp(kept[i].logit - max)) * 0x1.0p48 / static_cast<double>(total) : 0.0;
+                    wrong_p += std::fabs(static_cast<double>(listed[i].p) - p_ref) <= 1e-6 * p_ref ? 0 : 1;
                 }
                 CHECK(wrong == 0);
+                CHECK(wrong_p == 0);
             }
         }
     }

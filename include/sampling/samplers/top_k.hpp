@@ -3,9 +3,10 @@
 // one SIMD pass against the k-th best seen so far (a heap of k); for larger k (of finite logits)
 // the k-th token is found by counting by rank (rank_select.hpp) and only the k kept are sorted;
 // for k above 2048 and above 1/32 of a whole vocabulary (of finite logits) the set becomes the
-// prefix up to the k-th best (candidates::form::prefix, as top_p leaves it: list() sorts it, dist
-// draws from it by exact masses in rank order, not from a sorted list's probabilities), which
-// costs a few passes where sorting that many costs more. No sort of the vocabulary ever happens.
+// prefix up to the k-th best (candidates::form::prefix, as top_p leaves it: list() sorts it and
+// gives each its probability in the whole vocabulary, where a sorted list's p are 0; dist draws
+// from it by exact masses in rank order, not from a sorted list's probabilities), which costs a
+// few passes where sorting that many costs more. No sort of the vocabulary ever happens.
 // Differs from llama.cpp: equal logits rank by lower id, so a cut through a tie keeps the lowest
 // ids (llama_token_data_array_partial_sort(_inplace) compares logits only, leaving ties in no
 // defined order). When k covers the set nothing happens (a whole vocabulary stays in id order, a
