@@ -338,23 +338,6 @@ public:
     {
         std::uint64_t* __restrict partial = h_.partial.data();
         std::size_t j = 0;
-        if (counts_ != nullptr) {
-            std::uint32_t* __restrict c = counts_->data();
-            for (; j + copies <= count; j += copies) {
-                partial[bucket[j]] += mass[j];
-                partial[buckets + bucket[j + 1]] += mass[j + 1];
-                partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
-                partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
-                ++c[bucket[j]];
-                ++c[buckets + bucket[j + 1]];
-                ++c[2 * buckets + bucket[j + 2]];
-                ++c[3 * buckets + bucket[j + 3]];
-            }
-            for (; j < count; ++j) {
-                partial[bucket[j]] += mass[j];
-                ++c[bucket[j]];
-            }
-        }
         for (; j + copies <= count; j += copies) {
             partial[bucket[j]] += mass[j];
             partial[buckets + bucket[j + 1]] += mass[j + 1];
@@ -363,6 +346,18 @@ public:
         }
         for (; j < count; ++j) {
             partial[bucket[j]] += mass[j];
+        }
+        if (counts_ != nullptr) {
+            std::uint32_t* __restrict c = counts_->data();
+            for (j = 0; j + copies <= count; j += copies) {
+                ++c[bucket[j]];
+                ++c[buckets + bucket[j + 1]];
+                ++c[2 * buckets + bucket[j + 2]];
+                ++c[3 * buckets + bucket[j + 3]];
+            }
+            for (; j < count; ++j) {
+                ++c[bucket[j]];
+            }
         }
         std::uint16_t* __restrict bucket_of = h_.bucket_of.data() + tokens_;
         for (j = 0; j < count; ++j) {

@@ -19,9 +19,9 @@
 // one counts the finite logits by rank: for v2, -inf and NaN weigh nothing; v1 keeps its list
 // when a logit is -inf or NaN), draws as dist draws over a floor (exact masses in id order) and
 // takes the selected token's probability as its exact mass over the floor's. A floor keeps the
-// last one's ties with it: v1 then keeps more than k when logits tie at the k-th. Over a whole vocabulary nothing is sorted beyond the k kept: v1 takes its m best
-// with a top-k scan, v2 counts the passing tokens in a pass over the weights, and keeping k is
-// top_k's.
+// last one's ties with it: v1 then keeps more than k when logits tie at the k-th. Over a whole
+// vocabulary nothing is sorted beyond the k kept: v1 takes its m best with a top-k scan, v2
+// counts the passing tokens in a pass over the weights, and keeping k is top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
 // on accept(), not in apply(), so a step never accepted leaves it alone. v1 skips a pair with
 // p_(i+1) = 0, which llama.cpp lets make s infinite and k 1, and keeps everything for a k that is
@@ -208,15 +208,11 @@ private:
     // changed) when a logit is -inf or NaN, where counting by rank does not apply.
     static bool keep_floor(candidates& c, std::size_t k)
     {
-        const float* x = c.vocabulary_logits();
-        const auto n = static_cast<std::size_t>(c.vocab_size());
-        float lowest = 0.0f;
+        detail::rank_position kth;
         float highest = 0.0f;
-        if (!detail::finite_range<arch::vector_native>(x, n, lowest, highest)) {
+        if (!detail::kth_by_count(c, k, kth, highest)) {
             return false;
         }
-        const detail::rank_position kth =
-            detail::find_by_rank<arch::vector_native, true>(x, nullptr, n, lowest, highest, k, detail::everything, c.rank_scratch());
         c.keep_at_least(kth.logit, highest);
         return true;
     }

@@ -33,18 +33,31 @@ namespace detail {
 inline constexpr std::size_t heap_top_k_limit = 256;
 
 
-// The k best of a whole vocabulary of finite logits, sorted, by rank: the k-th token from
-// find_by_rank counting tokens, then the tokens ranking at or before it, sorted.
-inline bool keep_top_k_by_rank(candidates& c, std::size_t k)
+// The k-th best of a whole vocabulary of finite logits, counting tokens by rank (find_by_rank),
+// and the largest logit; false when a logit is -inf or NaN, where counting by rank does not apply.
+inline bool kth_by_count(candidates& c, std::size_t k, rank_position& kth, float& highest)
 {
     const float* x = c.vocabulary_logits();
     const auto n = static_cast<std::size_t>(c.vocab_size());
     float lowest = 0.0f;
-    float highest = 0.0f;
     if (!finite_range<arch::vector_native>(x, n, lowest, highest)) {
         return false;
     }
-    const rank_position kth = find_by_rank<arch::vector_native, true>(x, nullptr, n, lowest, highest, k, everything, c.rank_scratch());
+    kth = find_by_rank<arch::vector_native, true>(x, nullptr, n, lowest, highest, k, everything, c.rank_scratch());
+    return true;
+}
+
+// The k best of a whole vocabulary of finite logits, sorted, by rank: the k-th token from
+// find_by_rank counting tokens, then the tokens ranking at or before it, sorted.
+inline bool keep_top_k_by_rank(candidates& c, std::size_t k)
+{
+    rank_position kth;
+    float highest = 0.0f;
+    if (!kth_by_count(c, k, kth, highest)) {
+        return false;
+    }
+    const float* x = c.vocabulary_logits();
+    const auto n = static_cast<std::size_t>(c.vocab_size());
     auto& out = c.list_buffer();
     out.clear();
     filter_at_least<arch::vector_native>(x, n, kth.logit, out);
