@@ -1,6 +1,8 @@
 // The n-gram drafters of qk::spec (ngram_simple, ngram_index, ngram_map) against brute-force
 // references written from the header comments (the specification), called on every prefix of
-// random, periodic and text-like sequences, with truncated and replaced histories, and errors.
+// random, periodic and text-like sequences, with histories cut, cut and regrown with other
+// tokens, replaced and switched between calls, and errors; and token_history's marks against the
+// shortest length a history has had since each mark was taken.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,6 +24,8 @@
 #include <spec/ngram_index.hpp>
 #include <spec/ngram_map.hpp>
 #include <spec/ngram_simple.hpp>
+#include <spec/replay.hpp>
+#include <spec/token_history.hpp>
 
 namespace {
 
@@ -29,6 +33,34 @@ using token = std::int32_t;
 using tokens = std::vector<token>;
 using history_view = std::span<const token>;
 using qk::spec::ngram_config;
+using qk::spec::token_history;
+
+// Every drafter here can be replayed; the stateful ones take no bare span, which could be cut and
+// regrown behind their backs.
+static_assert(qk::spec::history_drafter<qk::spec::ngram_simple>);
+static_assert(qk::spec::history_drafter<qk::spec::ngram_index>);
+static_assert(qk::spec::history_drafter<qk::spec::ngram_map>);
+template <class Drafter>
+concept drafts_from_span = requires(Drafter& drafter, history_view history) { drafter.draft(history, token{}); };
+static_assert(!drafts_from_span<qk::spec::ngram_index>);
+static_assert(!drafts_from_span<qk::spec::ngram_map>);
+static_assert(drafts_from_span<qk::spec::ngram_simple>);
+struct span_only_drafter {
+    tokens draft(history_view, token) { return {}; }
+};
+static_assert(!qk::spec::history_drafter<span_only_drafter>);
+
+// Brings `history` to `target` by cutting and appending only what differs (so the positions
+// they share stay unchanged to a reader).
+void follow_to(token_history& history, history_view target)
+{
+    std::size_t same = 0;
+    while (same < history.size() && same < target.size() && history[same] == target[same]) {
+        ++same;
+    }
+    history.cut(same);
+    history.append(target.subspan(same));
+}
 
 // doctest cannot print a std::vector: wrapped, a failed comparison shows both drafts.
 struct shown {
@@ -220,6 +252,7 @@ struct map_coverage {
     long long few_hits = 0;       // a key with some occurrences, but fewer than min_hits
     long long not_dominant = 0;   // refused for dominance
     long long untracked = 0;      // drafts of a key with more than 4 distinct values
+    long long voted_short = 0;    // drafts cut short by the values' vote
 };
 
 class reference_map {
@@ -280,16 +313,35 @@ public:
                     best = v;
                 }
             }
-            const long long others = total - values[best].hits;
-            if (values[best].hits < s_.dominance * others) {
+            // The vote, token by token, of the values that agreed with the best one so far.
+            from = values[best].at;
+            long long agreed = 0;
+            std::vector<bool> along(values.size(), true);
+            for (; agreed < m; ++agreed) {
+                long long agree = 0;
+                long long part = 0;
+                for (std::size_t v = 0; v < values.size(); ++v) {
+                    if (along[v] && history[static_cast<std::size_t>(values[v].at + agreed)] == history[static_cast<std::size_t>(from + agreed)]) {
+                        agree += values[v].hits;
+                    } else if (along[v]) {
+                        part += values[v].hits;
+                        along[v] = false;
+                    }
+                }
+                if (agree < s_.dominance * part) {
+                    break;
+                }
+            }
+            if (agreed == 0) {
                 ++coverage.not_dominant;
                 return {};
             }
             coverage.untracked += more ? 1 : 0;
-            from = values[best].at;
+            coverage.voted_short += agreed < m ? 1 : 0;
+            agreed_ = agreed;
         }
         const auto cap = caps_.find(key);
-        const long long count = std::min<long long>(m, cap == caps_.end() ? m : cap->second);
+        const long long count = std::min<long long>(s_.values ? agreed_ : m, cap == caps_.end() ? m : cap->second);
         ++coverage.drafts;
         coverage.capped += count < m ? 1 : 0;
         drafted_ = key;
@@ -315,6 +367,7 @@ private:
     std::map<tokens, long long> caps_;
     std::optional<tokens> drafted_;
     long long drafted_length_ = 0;
+    long long agreed_ = 0;
 };
 
 qk::spec::ngram_map make_map(const map_settings& s)
@@ -418,9 +471,9 @@ struct index_run {
 };
 
 // Drives ngram_index and ngram_simple with the same calls: the history mostly grows by one
-// token (sometimes by several, as after an accepted draft), is cut off without notice (then
-// regrows by appending, with other tokens), and is now and then replaced by a new prompt given
-// to begin(), sometimes of the same length, so that only begin() can tell.
+// token (sometimes by several, as after an accepted draft), is cut off (then regrows by
+// appending, with other tokens), and is now and then replaced by a new prompt, sometimes of the
+// same length, given to begin() or not (the history's marks tell the index anyway).
 void compare_index(index_run run, std::uint64_t seed)
 {
     CAPTURE(run.name);
@@ -434,29 +487,33 @@ void compare_index(index_run run, std::uint64_t seed)
 
     qk::spec::ngram_index index({.size_ngram = run.n, .size_mgram = run.m, .check_rate = run.check_rate});
     qk::spec::ngram_simple simple({.size_ngram = run.n, .size_mgram = run.m, .check_rate = run.check_rate});
-    tokens history;
+    token_history history;
     long long drafts = 0;
     long long cuts = 0;
+    long long replaced = 0;
     long long begins = 0;
     for (std::size_t call = 0; call < run.calls; ++call) {
         CAPTURE(call);
         if (!history.empty() && chance(0.004)) {
             // Mostly short cuts (a rejected draft), sometimes deep ones, down to nothing.
             const std::size_t most = chance(0.8) ? std::min<std::size_t>(history.size(), 64) : history.size();
-            history.resize(history.size() - uniform(1, most));
+            history.cut(history.size() - uniform(1, most));
             ++cuts;
         }
-        if (call == run.calls / 3 || chance(0.0005)) {
+        if (call == run.calls / 3 || call == 2 * run.calls / 3 || chance(0.0005)) {
             const std::size_t length = chance(0.5) ? history.size() : uniform(0, 3000);
-            history = take(prompts, length);
+            tokens prompt = take(prompts, length);
             // The new prompt's n-grams recur, so a stale index would be noticed.
             for (std::size_t i = length / 2; i < length; ++i) {
-                history[i] = history[i - length / 2];
+                prompt[i] = prompt[i - length / 2];
             }
-            index.begin(history);
-            simple.begin(history);
-            CHECK(index.indexed() == expected_indexed(history.size(), run.n));
-            ++begins;
+            history.assign(prompt);
+            if (++replaced % 2 == 0) {
+                index.begin(history);
+                simple.begin(history);
+                CHECK(index.indexed() == expected_indexed(history.size(), run.n));
+                ++begins;
+            }
         }
         const token sampled = run.source();
         const tokens want = simple.draft(history, sampled);
@@ -476,6 +533,7 @@ void compare_index(index_run run, std::uint64_t seed)
         }
     }
     CHECK(cuts > 0);
+    CHECK(replaced > begins);
     CHECK(begins > 0);
     if (run.name != "random alphabet 1000") {
         CHECK(drafts > 0);
@@ -508,13 +566,18 @@ TEST_CASE("ngram_index: indexed() follows the history")
     const tokens h = take(periodic_tokens(5, 9, 0.1, 12), 400);
     qk::spec::ngram_index index({.size_ngram = 4, .size_mgram = 6, .check_rate = 1});
     CHECK(index.indexed() == 0);
+    token_history history;
     for (const std::size_t length : {0u, 3u, 5u, 6u, 7u, 100u, 99u, 400u, 6u, 5u, 0u, 250u}) {
         CAPTURE(length);
-        (void)index.draft(history_view(h.data(), length), 1);
+        follow_to(history, history_view(h.data(), length));
+        (void)index.draft(history, 1);
         CHECK(index.indexed() == expected_indexed(length, 4));
     }
-    index.begin(history_view(h.data(), 50));
+    index.begin(token_history(history_view(h.data(), 50)));
     CHECK(index.indexed() == 45u);
+    // Back to the other history, untouched meanwhile: read afresh, since begin() read another.
+    (void)index.draft(history, 1);
+    CHECK(index.indexed() == expected_indexed(250, 4));
 }
 
 namespace {
@@ -526,7 +589,7 @@ struct map_run {
 };
 
 // Drives ngram_map and its reference with the same calls and the same accept feedback; the
-// history grows, is cut without notice (the caps carry on) and is replaced through begin().
+// history grows, is cut (the caps carry on) and is replaced through begin().
 void compare_map(const map_settings& s, map_run run, std::uint64_t seed, map_coverage& total)
 {
     CAPTURE(run.name);
@@ -542,19 +605,20 @@ void compare_map(const map_settings& s, map_run run, std::uint64_t seed, map_cov
 
     qk::spec::ngram_map lib = make_map(s);
     reference_map ref(s);
-    tokens history;
+    token_history history;
     for (std::size_t call = 0; call < run.calls; ++call) {
         CAPTURE(call);
         if (history.size() > 1 && chance(0.01)) {
-            history.resize(history.size() - static_cast<std::size_t>(uniform(1, static_cast<int>(history.size()) / 2)));
+            history.cut(history.size() - static_cast<std::size_t>(uniform(1, static_cast<int>(history.size()) / 2)));
         }
         if (call == run.calls / 2) {
             // A new prompt: the old history's second half, so the caps' keys come back.
-            history.erase(history.begin(), history.begin() + static_cast<std::ptrdiff_t>(history.size() / 2));
+            const tokens half(history.tokens().begin() + static_cast<std::ptrdiff_t>(history.size() / 2), history.tokens().end());
+            history.assign(half);
             lib.begin(history);
         }
         const token sampled = run.source();
-        const tokens want = ref.draft(history, sampled);
+        const tokens want = ref.draft(history.tokens(), sampled);
         const tokens got = lib.draft(history, sampled);
         CAPTURE(history.size());
         CHECK(shown{got} == shown{want});
@@ -579,6 +643,7 @@ void compare_map(const map_settings& s, map_run run, std::uint64_t seed, map_cov
     total.few_hits += ref.coverage.few_hits;
     total.not_dominant += ref.coverage.not_dominant;
     total.untracked += ref.coverage.untracked;
+    total.voted_short += ref.coverage.voted_short;
 }
 
 } // namespace
@@ -587,7 +652,7 @@ TEST_CASE("ngram_map: hand-worked drafts and caps")
 {
     // Key [1,2] occurs at 0, 4 and 8 with values [3,4], [3,4], [5,6] (m = 2); the occurrence at
     // 12 has no complete value in a history of 13 tokens.
-    const tokens h = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 1};
+    const token_history h(tokens{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 6, 1});
     auto map = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 2, .dominance = 2});
     CHECK(shown{map.draft(h, 2)} == shown{{3, 4}}); // 2 >= 2 * 1
     map.accept(0);                                   // cap 1
@@ -599,6 +664,25 @@ TEST_CASE("ngram_map: hand-worked drafts and caps")
 
     auto strict = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 2, .dominance = 3});
     CHECK(strict.draft(h, 2).empty()); // 2 < 3 * 1
+
+    // The vote, token by token. Key [1,2] at 0, 5, 10 and 15 with values [3,4,5] twice, [3,4,6]
+    // and [3,7,7] (m = 3): the best is [3,4,5]. Token 3: all four agree (4 >= 2 * 0); token 4:
+    // three agree, [3,7,7] parts (3 >= 2 * 1); token 5: two agree, [3,4,6] parts (2 >= 2 * 1).
+    const token_history votes(tokens{1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3, 7, 7, 1});
+    auto two = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 3, .dominance = 2});
+    CHECK(shown{two.draft(votes, 2)} == shown{{3, 4, 5}});
+    two.accept(3); // all accepted: the cap stays at m
+    CHECK(shown{two.draft(votes, 2)} == shown{{3, 4, 5}});
+    // Dominance 3: token 4 is agreed (3 >= 3 * 1), token 5 is not (2 < 3 * 1).
+    auto three = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 3, .dominance = 3});
+    CHECK(shown{three.draft(votes, 2)} == shown{{3, 4}});
+    three.accept(2); // all of a vote-cut draft accepted: the cap (m) is not lowered to 2
+    CHECK(shown{three.draft(votes, 2)} == shown{{3, 4}});
+    three.accept(1); // one accepted: cap 1
+    CHECK(shown{three.draft(votes, 2)} == shown{{3}});
+    // Dominance 4: token 3 alone (4 >= 4 * 0), token 4 not (3 < 4 * 1).
+    auto four = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 3, .dominance = 4});
+    CHECK(shown{four.draft(votes, 2)} == shown{{3}});
     auto latest = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 2, .values = false});
     CHECK(shown{latest.draft(h, 2)} == shown{{5, 6}});
     auto three_hits = qk::spec::ngram_map({.size_ngram = 2, .size_mgram = 2, .min_hits = 3, .values = false});
@@ -634,6 +718,7 @@ TEST_CASE("ngram_map equals its definition recomputed from the whole history")
     CHECK(total.few_hits > 100);
     CHECK(total.not_dominant > 100);
     CHECK(total.untracked > 10);
+    CHECK(total.voted_short > 100);
 }
 
 TEST_CASE("n-gram drafters: configuration errors throw qk::error")
@@ -665,7 +750,7 @@ TEST_CASE("n-gram drafters: configuration errors throw qk::error")
 
     qk::spec::ngram_map map({.size_ngram = 2, .size_mgram = 2, .dominance = 0});
     CHECK_THROWS_AS(map.accept(-1), qk::error);
-    const tokens h = {1, 2, 3, 4, 1, 2, 3, 4, 1};
+    const token_history h(tokens{1, 2, 3, 4, 1, 2, 3, 4, 1});
     CHECK(shown{map.draft(h, 2)} == shown{{3, 4}});
     CHECK_THROWS_AS(map.accept(-1), qk::error);
     CHECK_NOTHROW(map.accept(0));
@@ -692,4 +777,331 @@ TEST_CASE("n-gram drafters: designated initializers")
     CHECK(map.configuration().min_hits == 2);
     CHECK_FALSE(map.configuration().values);
     CHECK(map.configuration().dominance == qk::spec::ngram_map::config{}.dominance);
+}
+
+// ---- token_history ---------------------------------------------------------------------------
+
+TEST_CASE("token_history: unchanged_since after appends, cuts, regrowth, assign, clear, copies and moves")
+{
+    token_history h;
+    const token_history::mark empty = h.seen();
+    CHECK(h.unchanged_since(empty) == 0);
+    CHECK(h.unchanged_since(token_history::mark{}) == 0);
+
+    h.append(tokens{1, 2, 3, 4, 5});
+    const token_history::mark five = h.seen();
+    CHECK(h.unchanged_since(empty) == 0); // it held nothing then
+    CHECK(h.unchanged_since(five) == 5);
+    h.push_back(6);
+    CHECK(h.unchanged_since(five) == 5); // appended to only
+    const token_history::mark six = h.seen();
+    CHECK(h.unchanged_since(six) == 6);
+
+    h.cut(4);
+    CHECK(h.unchanged_since(six) == 4);
+    CHECK(h.unchanged_since(five) == 4);
+    h.push_back(5); // the token position 4 held before: still written since
+    h.append(tokens{7, 8, 9});
+    CHECK(h.size() == 8);
+    CHECK(h.unchanged_since(six) == 4);
+    CHECK(h.unchanged_since(five) == 4);
+    const token_history::mark eight = h.seen();
+    h.cut(8); // to its own length: nothing changes
+    CHECK(h.unchanged_since(eight) == 8);
+
+    // Cut and regrown past the old length: the length alone cannot tell.
+    h.cut(2);
+    h.append(tokens{1, 1, 1, 1, 1, 1, 1, 1, 1});
+    CHECK(h.size() == 11);
+    CHECK(h.unchanged_since(eight) == 2);
+    CHECK(h.unchanged_since(six) == 2);
+    CHECK(h.unchanged_since(empty) == 0);
+
+    const token_history::mark eleven = h.seen();
+    CHECK_THROWS_AS(h.cut(12), qk::error);
+    CHECK(h.size() == 11);
+    CHECK(h.unchanged_since(eleven) == 11);
+
+    // assign: all of it new, even the same tokens.
+    const tokens same(h.tokens().begin(), h.tokens().end());
+    h.assign(same);
+    CHECK(h.size() == 11);
+    CHECK(h.unchanged_since(eleven) == 0);
+    const token_history::mark assigned = h.seen();
+    CHECK(h.unchanged_since(assigned) == 11);
+
+    // clear: nothing left; what is appended afterwards is new.
+    h.clear();
+    CHECK(h.empty());
+    CHECK(h.unchanged_since(assigned) == 0);
+    h.append(same);
+    CHECK(h.unchanged_since(assigned) == 0);
+    const token_history::mark refilled = h.seen();
+
+    // A copy holds the same tokens but is a new history: nothing a reader saw of either carries over.
+    token_history copy = h;
+    CHECK(shown{tokens(copy.tokens().begin(), copy.tokens().end())} == shown{same});
+    CHECK(copy.unchanged_since(refilled) == 0);
+    CHECK(h.unchanged_since(copy.seen()) == 0);
+    CHECK(copy.unchanged_since(copy.seen()) == 11);
+    CHECK(h.unchanged_since(refilled) == 11); // the original is untouched
+    token_history assigned_copy(tokens{4, 4});
+    const token_history::mark before_assignment = assigned_copy.seen();
+    assigned_copy = h;
+    CHECK(assigned_copy.size() == 11);
+    CHECK(assigned_copy.unchanged_since(before_assignment) == 0);
+    CHECK(assigned_copy.unchanged_since(refilled) == 0);
+
+    // Another history with the same tokens: 0.
+    const token_history other(same);
+    CHECK(other.unchanged_since(refilled) == 0);
+    CHECK(h.unchanged_since(other.seen()) == 0);
+
+    // A move hands the sequence over as it was (a reader's mark still holds); the moved-from
+    // history is empty, and what it is given afterwards is new.
+    token_history moved(std::move(h));
+    CHECK(moved.size() == 11);
+    CHECK(moved.unchanged_since(refilled) == 11);
+    CHECK(h.empty()); // a moved-from history is empty and usable
+    CHECK(h.unchanged_since(refilled) == 0);
+    h.append(same);
+    CHECK(h.unchanged_since(refilled) == 0);
+    token_history target(tokens{9, 9, 9});
+    const token_history::mark target_before = target.seen();
+    target = std::move(moved);
+    CHECK(target.size() == 11);
+    CHECK(target.unchanged_since(refilled) == 11);
+    CHECK(target.unchanged_since(target_before) == 0);
+    CHECK(moved.empty());
+    CHECK(moved.unchanged_since(refilled) == 0);
+}
+
+// Whatever the edits, unchanged_since(mark) is the shortest length the history has had since the
+// mark was taken: every position below it was kept throughout, and every position at or above
+// it was cut off at some point (or never there), so rewritten since.
+TEST_CASE("token_history: unchanged_since is the shortest length since the mark, under random edits")
+{
+    std::mt19937_64 rng(31337);
+    const auto uniform = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); };
+    struct tracked {
+        token_history::mark mark;
+        std::size_t shortest;
+    };
+    token_history h;
+    std::vector<tracked> marks;
+    long long below_old_length = 0; // checks where a regrown history reached the mark's length again
+    for (int step = 0; step < 4000; ++step) {
+        bool emptied = false; // on the way: assign() replaces every token
+        switch (uniform(0, 9)) {
+        case 0:
+        case 1:
+        case 2:
+            h.push_back(static_cast<token>(uniform(0, 2)));
+            break;
+        case 3:
+        case 4: {
+            tokens more(uniform(0, 6));
+            for (auto& t : more) {
+                t = static_cast<token>(uniform(0, 2));
+            }
+            h.append(more);
+            break;
+        }
+        case 5:
+        case 6:
+            h.cut(h.size() - uniform(0, std::min<std::size_t>(h.size(), 8)));
+            break;
+        case 7:
+            h.cut(uniform(0, h.size()));
+            break;
+        case 8:
+            if (uniform(0, 4) == 0) {
+                h.clear();
+            } else if (uniform(0, 4) == 0) {
+                h.assign(tokens(uniform(0, 40), 1));
+                emptied = true;
+            }
+            break;
+        default:
+            break;
+        }
+        for (tracked& t : marks) {
+            t.shortest = emptied ? 0 : std::min(t.shortest, h.size());
+        }
+        if (uniform(0, 3) == 0) {
+            marks.push_back({h.seen(), h.size()});
+        }
+        if (marks.size() > 24) {
+            marks.erase(marks.begin() + static_cast<std::ptrdiff_t>(uniform(0, marks.size() - 1)));
+        }
+        for (const tracked& t : marks) {
+            CAPTURE(step);
+            CAPTURE(t.mark.length);
+            CAPTURE(h.size());
+            REQUIRE(h.unchanged_since(t.mark) == t.shortest);
+            below_old_length += t.shortest < t.mark.length && h.size() >= t.mark.length ? 1 : 0;
+        }
+    }
+    CHECK(below_old_length > 1000);
+}
+
+// ---- cut and regrown between calls -----------------------------------------------------------
+
+namespace {
+
+struct regrow_run {
+    std::string name;
+    generator source;
+    map_settings settings; // ngram_index and ngram_simple take its n, m and check rate
+    std::size_t calls;
+};
+
+struct regrow_counts {
+    long long regrown = 0;          // calls after a regrowth that changed tokens below the old length
+    long long regrown_longer = 0;   // ... to the old length or beyond, where the length cannot tell
+    long long index_drafts = 0;     // ngram_simple's drafts on those calls
+    long long map_drafts = 0;       // the ngram_map reference's drafts on those calls
+    long long switches = 0;         // calls on the other history than the previous call's
+};
+
+// One history (or two, served by the same drafters in turn, as one drafter serving two
+// conversations) edited at random between draft calls: appended to; cut and regrown with other
+// tokens, to below, at or beyond its old length; cut without regrowth; replaced by a new prompt;
+// copied (a new history). After every call ngram_index must equal ngram_simple's scan, and
+// ngram_map its definition recomputed from scratch (the caps fed the same accept() feedback).
+void compare_regrown(regrow_run run, std::uint64_t seed, regrow_counts& counts)
+{
+    const map_settings& s = run.settings;
+    CAPTURE(run.name);
+    CAPTURE(s.n);
+    CAPTURE(s.m);
+    CAPTURE(s.check_rate);
+    CAPTURE(s.min_hits);
+    CAPTURE(s.values);
+    CAPTURE(s.dominance);
+    std::mt19937_64 rng(seed);
+    const auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+    const auto uniform = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); };
+
+    qk::spec::ngram_index index({.size_ngram = s.n, .size_mgram = s.m, .check_rate = s.check_rate});
+    qk::spec::ngram_simple simple({.size_ngram = s.n, .size_mgram = s.m, .check_rate = s.check_rate});
+    qk::spec::ngram_map map = make_map(s);
+    reference_map map_reference(s);
+
+    token_history histories[2];
+    bool regrown[2] = {false, false};       // since the history was last drafted from
+    bool regrown_longer[2] = {false, false};
+    std::size_t active = 0;
+    std::size_t previous = 0;
+    for (std::size_t call = 0; call < run.calls; ++call) {
+        CAPTURE(call);
+        if (chance(0.05)) {
+            active = 1 - active;
+        }
+        token_history& history = histories[active];
+        const std::size_t old_length = history.size();
+        const double edit = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+        if (old_length > 0 && (edit < 0.3 || old_length > 700)) {
+            // Cut (mostly a few tokens, as a rejected continuation; sometimes deep, as a
+            // regeneration) and regrown with other tokens: the first differs from the one it
+            // replaces, so the history changed below its old length.
+            const std::size_t cut = chance(0.8) ? uniform(1, std::min<std::size_t>(old_length, 16)) : uniform(1, old_length);
+            const std::size_t kept = old_length - cut;
+            const token replaced = history[kept];
+            history.cut(kept);
+            tokens regrowth(uniform(1, cut + 12));
+            for (auto& t : regrowth) {
+                t = run.source();
+            }
+            if (regrowth[0] == replaced) {
+                regrowth[0] = replaced + 1;
+            }
+            history.append(regrowth);
+            regrown[active] = true;
+            regrown_longer[active] = regrown_longer[active] || history.size() >= old_length;
+        } else if (old_length > 0 && edit < 0.35) {
+            history.cut(old_length - uniform(1, std::min<std::size_t>(old_length, 16)));
+        } else if (edit < 0.355) {
+            // A new prompt (to the same length half the time): a few recurring phrases.
+            tokens prompt(chance(0.5) ? old_length : uniform(0, 400));
+            for (std::size_t i = 0; i < prompt.size(); ++i) {
+                prompt[i] = i >= 20 && chance(0.7) ? prompt[i - 20] : run.source();
+            }
+            history.assign(prompt);
+            regrown[active] = regrown[active] || !prompt.empty();
+            if (chance(0.3)) {
+                index.begin(history);
+                map.begin(history);
+            }
+        } else if (edit < 0.36) {
+            history = token_history(history); // a copy: the same tokens in a new history
+        }
+        const token sampled = run.source();
+        CAPTURE(history.size());
+        const tokens want_index = simple.draft(history, sampled);
+        const tokens got_index = index.draft(history, sampled);
+        CHECK(shown{got_index} == shown{want_index});
+        const tokens want_map = map_reference.draft(history.tokens(), sampled);
+        const tokens got_map = map.draft(history, sampled);
+        CHECK(shown{got_map} == shown{want_map});
+        if (got_index != want_index || got_map != want_map) {
+            break; // one report per run is enough
+        }
+        if (regrown[active]) {
+            ++counts.regrown;
+            counts.regrown_longer += regrown_longer[active] ? 1 : 0;
+            counts.index_drafts += want_index.empty() ? 0 : 1;
+            counts.map_drafts += want_map.empty() ? 0 : 1;
+        }
+        regrown[active] = false;
+        regrown_longer[active] = false;
+        counts.switches += active != previous ? 1 : 0;
+        previous = active;
+        if (!want_map.empty() && chance(0.9)) {
+            const int drafted = static_cast<int>(want_map.size());
+            const int accepted = chance(0.5) ? drafted : static_cast<int>(uniform(0, want_map.size()));
+            map.accept(accepted);
+            map_reference.accept(accepted);
+        }
+        history.push_back(sampled);
+        if (chance(0.2)) {
+            for (std::size_t k = uniform(1, 6); k > 0; --k) {
+                history.push_back(run.source());
+            }
+        }
+    }
+}
+
+} // namespace
+
+TEST_CASE("ngram_index and ngram_map: histories cut and regrown with other tokens between calls")
+{
+    std::uint64_t seed = 2718;
+    const map_settings settings[] = {
+        {1, 1, 1, 1, true, 0},  {2, 3, 1, 1, true, 1},  {2, 4, 2, 2, false, 3}, {3, 5, 1, 1, true, 3},
+        {3, 8, 1, 2, false, 0}, {4, 6, 3, 1, true, 1},  {2, 2, 1, 3, true, 0},  {4, 16, 1, 1, false, 1},
+    };
+    regrow_counts counts;
+    for (const map_settings& s : settings) {
+        const regrow_run runs[] = {
+            {"random alphabet 3", random_tokens(++seed, 3), s, 2500},
+            {"periodic 5 noisy", periodic_tokens(++seed, 5, 0.05, 4), s, 2500},
+            {"periodic 11 noisy", periodic_tokens(++seed, 11, 0.02, 6), s, 2500},
+            {"text typos", text_tokens(++seed, 0.03), s, 2500},
+        };
+        for (const regrow_run& run : runs) {
+            compare_regrown(run, ++seed, counts);
+        }
+    }
+    // The calls this test is about happened, often, and drew drafts from both drafters.
+    CAPTURE(counts.regrown);
+    CAPTURE(counts.regrown_longer);
+    CAPTURE(counts.index_drafts);
+    CAPTURE(counts.map_drafts);
+    CAPTURE(counts.switches);
+    CHECK(counts.regrown > 20000);
+    CHECK(counts.regrown_longer > 10000);
+    CHECK(counts.index_drafts > 2000);
+    CHECK(counts.map_drafts > 2000);
+    CHECK(counts.switches > 1000);
 }

@@ -6,9 +6,11 @@
 
 #include <qkern.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -197,16 +199,23 @@ TEST_CASE("batch_budget: evaluations never hold more than n_batch tokens and cov
 namespace {
 
 // Proposes a fixed-length slice of a known future, mutated at random: a drafter whose
-// acceptances the test can predict.
+// acceptances the test can predict. It also counts the calls whose history held the sequence's
+// tokens so far and had only been appended to since the previous call (by the mark it kept).
 struct oracle_drafter {
     const std::vector<std::int32_t>* tokens;
     std::size_t length;
     std::mt19937* rng;
     std::vector<std::size_t>* seen_lengths;
-    std::vector<std::int32_t> draft(std::span<const std::int32_t> history, std::int32_t sampled)
+    qk::spec::token_history::mark mark{};
+    std::size_t faithful = 0;
+    std::size_t appended_only = 0;
+    std::vector<std::int32_t> draft(const qk::spec::token_history& history, std::int32_t sampled)
     {
         seen_lengths->push_back(history.size());
         CHECK(sampled == (*tokens)[history.size()]);
+        faithful += std::equal(history.tokens().begin(), history.tokens().end(), tokens->begin()) ? 1 : 0;
+        appended_only += history.unchanged_since(mark) == mark.length && mark.length > 0 ? 1 : 0;
+        mark = history.seen();
         std::vector<std::int32_t> d;
         for (std::size_t i = 0; i < length && history.size() + 1 + i < tokens->size(); ++i) {
             d.push_back((*rng)() % 4 == 0 ? -7 : (*tokens)[history.size() + 1 + i]);
@@ -242,7 +251,7 @@ TEST_CASE("replay: its counts equal a direct simulation of drafted decoding unde
             std::size_t accepted_total = 0;
             std::size_t drafted_total = 0;
             while (pos + 1 < tokens.size()) {
-                auto d = b.draft(std::span<const std::int32_t>(tokens).first(pos), tokens[pos]);
+                auto d = b.draft(qk::spec::token_history(std::span<const std::int32_t>(tokens).first(pos)), tokens[pos]);
                 d.resize(std::min({d.size(), std::size_t{64}, tokens.size() - pos - 2}));
                 evaluations += (1 + d.size() + n_batch - 1) / n_batch;
                 std::size_t a_count = 0;
@@ -254,6 +263,9 @@ TEST_CASE("replay: its counts equal a direct simulation of drafted decoding unde
                 pos += 1 + a_count;
             }
             CHECK(seen == seen_b);
+            // replay kept one history, appended to: every call but the first could follow it.
+            CHECK(a.faithful == seen.size());
+            CHECK(a.appended_only + 1 == seen.size());
             CHECK(r.evaluations == evaluations);
             CHECK(r.accepted == accepted_total);
             CHECK(r.drafted == drafted_total);
@@ -292,7 +304,7 @@ TEST_CASE("ngram_map feedback on a draft the caller cut: all verified tokens acc
     }
     const auto draft_length_after = [&](bool tell_verified) {
         qk::spec::ngram_map map({.size_ngram = 2, .size_mgram = 8});
-        const auto history = std::span<const std::int32_t>(tokens).first(100);
+        const qk::spec::token_history history(std::span<const std::int32_t>(tokens).first(100));
         const auto first = map.draft(history, tokens[100]);
         REQUIRE(first.size() == 8);
         if (tell_verified) {

@@ -130,21 +130,28 @@ void report(benchmark::State& state, double timed_ns, std::size_t drafts)
 }
 
 // Call i drafts from the history [0, context + i) with token context + i just sampled, i cycling
-// through the window; the drafter keeps no state, so each call is a scan of its history.
+// through the window; the drafter keeps no state, so each call is a scan of its history. Each
+// timed call also appends the sampled token to the history, as decoding does (and as the index
+// cases do), and the window's end cuts it back (O(1)).
 void simple_case(benchmark::State& state, kind k)
 {
     const auto context = static_cast<std::size_t>(state.range(0));
     const std::size_t window = window_of(context);
     const std::span<const std::int32_t> tokens(sequence(k).data(), context + window);
     qk::spec::ngram_simple drafter(config);
+    qk::spec::token_history history(tokens.first(context));
     std::size_t i = 0;
     std::size_t drafts = 0;
     const auto start = clock_type::now();
     for (auto _ : state) {
-        const std::vector<std::int32_t> d = drafter.draft(tokens.first(context + i), tokens[context + i]);
+        const std::vector<std::int32_t> d = drafter.draft(history, tokens[context + i]);
         drafts += d.empty() ? 0 : 1;
         benchmark::DoNotOptimize(d.data());
-        i = i + 1 == window ? 0 : i + 1;
+        history.push_back(tokens[context + i]);
+        if (++i == window) {
+            history.cut(context);
+            i = 0;
+        }
     }
     const double ns = std::chrono::duration<double, std::nano>(clock_type::now() - start).count();
     report(state, ns, drafts);
@@ -152,15 +159,25 @@ void simple_case(benchmark::State& state, kind k)
 }
 
 // The streaming use: the index holds the first context - 1 tokens before timing, and each timed
-// call brings one more token in (O(1)) and looks its n-gram up. At the end of the window the
-// history is cut back to context - 1 tokens outside the timed region (the index drops the newest
-// starts, O(window)), rather than re-indexed from scratch (O(context)). The hash table's buckets
-// stay grown after the first window, so later windows do not pay for its rehashes, which in a
-// real stream cost amortized O(1) per token.
+// call brings one more token in (O(1)), looks its n-gram up and appends the sampled token to the
+// history. At the end of the window the history is cut back to context - 1 tokens outside the
+// timed region (the index drops the newest starts, O(window)), rather than re-indexed from
+// scratch (O(context)). The hash table's buckets stay grown after the first window, so later
+// windows do not pay for its rehashes, which in a real stream cost amortized O(1) per token.
 struct prepared_index {
     qk::spec::ngram_index drafter{config};
-    bool agrees = true; // with ngram_simple on the window's first calls
+    qk::spec::token_history history; // the one the drafter follows, kept with it
+    bool agrees = true;              // with ngram_simple on the window's first calls
 };
+
+// Back to the window's start (the history holds at least `context` tokens, the sequence's):
+// the history holds context tokens, the index the first context - 1.
+void rewind(prepared_index& p, std::span<const std::int32_t> tokens, std::size_t context)
+{
+    p.history.cut(context - 1);
+    (void)p.drafter.draft(p.history, tokens[context - 1]);
+    p.history.push_back(tokens[context - 1]);
+}
 
 // Built once per (kind, context) and kept for the later runs Google Benchmark makes of the same
 // case: indexing 256k tokens costs more than the timed loop would otherwise run.
@@ -170,12 +187,14 @@ prepared_index& prepared(kind k, std::size_t context, std::span<const std::int32
     auto& slot = cache[{k, context}];
     if (!slot) {
         slot = std::make_unique<prepared_index>();
-        slot->drafter.begin(tokens.first(context - 1));
+        slot->history.append(tokens.first(context));
+        slot->drafter.begin(slot->history);
         // The scan's cost bounds how many calls are checked.
         qk::spec::ngram_simple reference(config);
+        qk::spec::token_history& history = slot->history;
         for (std::size_t i = 0; i < std::min<std::size_t>(window_of(context), 64); ++i) {
-            const auto history = tokens.first(context + i);
             slot->agrees = slot->agrees && slot->drafter.draft(history, tokens[context + i]) == reference.draft(history, tokens[context + i]);
+            history.push_back(tokens[context + i]);
         }
     }
     return *slot;
@@ -192,22 +211,24 @@ void index_case(benchmark::State& state, kind k)
         return;
     }
     qk::spec::ngram_index& drafter = p.drafter;
+    qk::spec::token_history& history = p.history;
     // Wherever the previous run stopped, back to the window's start.
-    (void)drafter.draft(tokens.first(context - 1), tokens[context - 1]);
+    rewind(p, tokens, context);
 
     std::size_t i = 0;
     std::size_t drafts = 0;
     double paused_ns = 0;
     const auto start = clock_type::now();
     for (auto _ : state) {
-        const std::vector<std::int32_t> d = drafter.draft(tokens.first(context + i), tokens[context + i]);
+        const std::vector<std::int32_t> d = drafter.draft(history, tokens[context + i]);
         drafts += d.empty() ? 0 : 1;
         benchmark::DoNotOptimize(d.data());
+        history.push_back(tokens[context + i]);
         if (++i == window) {
             // The pause's own clock reads are left out of ns_per_call too.
             const auto pause = clock_type::now();
             state.PauseTiming();
-            (void)drafter.draft(tokens.first(context - 1), tokens[context - 1]);
+            rewind(p, tokens, context);
             i = 0;
             state.ResumeTiming();
             paused_ns += std::chrono::duration<double, std::nano>(clock_type::now() - pause).count();

@@ -7,15 +7,22 @@
 //  - a call first runs the check-rate counter (as ngram_simple does); the key is the last n - 1
 //    history tokens and the sampled token; fewer than min_hits occurrences: no draft;
 //  - key-only mode (values = false) drafts the value of the key's most recent occurrence;
-//    key+values mode drafts the tracked value with the most occurrences (ties: the first seen) if
-//    its count is at least `dominance` times the key's other occurrences together, else nothing;
-//  - the draft is the chosen value's first min(m, cap) tokens (the value itself, not whatever
-//    followed the latest match); a key's cap starts at m. accept(n_accepted) after a draft sets
-//    the drafted key's cap to max(1, n_accepted) when fewer tokens were accepted than drafted,
-//    and doubles it (up to m) when all were, so a capped key grows back (accept(n_accepted,
-//    n_verified) when only a prefix of the draft was verified: all of it accepted is "all").
-// The statistics grow with the history in O(n + 4m) per appended token; a history found shorter
-// than before (tokens cut off the end) or passed to begin() is re-read from the start.
+//    key+values mode drafts the tracked value with the most occurrences (ties: the first seen),
+//    token by token while it is agreed on: token i is drafted when, among the tracked values
+//    that agree with it on tokens 0 .. i - 1, those that also agree on token i have at least
+//    `dominance` times the occurrences of those that part from it there (untracked values do not
+//    vote); not even token 0 agreed on: no draft. A whole-value vote would refuse most keys of
+//    real text, whose continuations part after a few tokens; this drafts the part they share;
+//  - the draft is the chosen value's first min(agreed, cap) tokens (the value itself, not
+//    whatever followed the latest match; agreed = m in key-only mode); a key's cap starts at m.
+//    accept(n_accepted) after a draft sets the drafted key's cap to max(1, n_accepted) when fewer
+//    tokens were accepted than drafted, and doubles it (up to m) when all were, so a capped key
+//    grows back (accept(n_accepted, n_verified) when only a prefix of the draft was verified: all
+//    of it accepted is "all").
+// It reads a token_history: the statistics grow in O(n + 4m) per appended token, and each call
+// first takes back, newest first, the occurrences that reach a position written since the
+// previous call (a cut, or a cut regrown with other tokens), in O(1) each, from a log of what each
+// occurrence added (16 bytes per token). begin() forgets the statistics and reads a history afresh.
 #pragma once
 
 #include <algorithm>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "ngram_config.hpp"
+#include "token_history.hpp"
 
 namespace qk::spec {
 
@@ -38,7 +46,7 @@ public:
         std::int32_t check_rate = 1;
         std::int32_t min_hits = 1;   // occurrences a key needs before it drafts
         bool values = true;          // key+values mode; false: key-only
-        std::int32_t dominance = 3;  // key+values: the dominant value's count over all others'
+        std::int32_t dominance = 2;  // key+values: agreeing occurrences over parting ones, per token
     };
 
     explicit ngram_map(config c) : config_(c)
@@ -50,7 +58,8 @@ public:
         }
     }
 
-    [[nodiscard]] std::vector<std::int32_t> draft(std::span<const std::int32_t> history, std::int32_t sampled)
+    // A history longer than 2^31 - 1 tokens: qk::error, before anything changes.
+    [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
     {
         follow(history);
         last_key_ = no_key;
@@ -62,7 +71,8 @@ public:
         if (history.size() + 1 < n) {
             return result;
         }
-        const std::int32_t* tail = history.data() + (history.size() + 1 - n);
+        const std::span<const std::int32_t> tokens = history.tokens();
+        const std::int32_t* tail = tokens.data() + (tokens.size() + 1 - n);
         std::uint64_t h = hash_start;
         for (std::size_t i = 0; i + 1 < n; ++i) {
             h = mix(h, tail[i]);
@@ -70,7 +80,7 @@ public:
         h = mix(h, sampled);
         const auto matches = [&](const key_stats& k) {
             const auto p = static_cast<std::size_t>(k.position);
-            return history[p + n - 1] == sampled && std::equal(tail, tail + (n - 1), history.data() + p);
+            return tokens[p + n - 1] == sampled && std::equal(tail, tail + (n - 1), tokens.data() + p);
         };
         for (;; h = next(h)) { // hashes of different keys that collide are probed onwards
             const auto it = keys_.find(h);
@@ -85,20 +95,22 @@ public:
                 return result;
             }
             std::int32_t from = k.latest;
+            std::int32_t agreed = config_.size_mgram;
             if (config_.values) {
                 std::size_t best = 0;
                 for (std::size_t v = 1; v < k.count; ++v) {
                     best = k.values[v].hits > k.values[best].hits ? v : best;
                 }
-                const std::int64_t others = k.total - k.values[best].hits;
-                if (static_cast<std::int64_t>(k.values[best].hits) < static_cast<std::int64_t>(config_.dominance) * others) {
+                from = k.values[best].position;
+                agreed = agreed_length(tokens, k, from);
+                if (agreed == 0) {
                     return result;
                 }
-                from = k.values[best].position;
             }
             const auto cap = caps_.find(h);
-            const std::int32_t length = cap == caps_.end() ? config_.size_mgram : cap->second;
-            result.assign(history.begin() + from, history.begin() + from + length);
+            last_cap_ = cap == caps_.end() ? config_.size_mgram : cap->second;
+            const std::int32_t length = std::min(agreed, last_cap_);
+            result.assign(tokens.begin() + from, tokens.begin() + from + length);
             last_key_ = h;
             last_length_ = length;
             return result;
@@ -120,16 +132,18 @@ public:
             return;
         }
         const bool full = n_accepted >= std::min(n_verified, last_length_);
-        const std::int32_t cap = full ? std::min(config_.size_mgram, 2 * last_length_) : std::max(1, n_accepted);
+        // A draft cut short by the values' vote leaves a full acceptance's cap above its length.
+        const std::int32_t cap = full ? std::min(config_.size_mgram, 2 * last_cap_) : std::max(1, n_accepted);
         caps_[last_key_] = cap;
         last_key_ = no_key;
     }
 
-    // The history was replaced or edited: read it afresh (the counter and the caps carry on).
-    void begin(std::span<const std::int32_t> history)
+    // Forgets the statistics and reads `history` afresh (the counter and the caps carry on).
+    // Never needed for correctness: it moves the cost of reading out of the next draft().
+    void begin(const token_history& history)
     {
-        keys_.clear();
-        seen_ = 0;
+        check_length(history);
+        forget();
         follow(history);
     }
 
@@ -158,27 +172,80 @@ private:
         std::array<value_stats, 4> values{};
     };
 
-    void follow(std::span<const std::int32_t> history)
+    // How many tokens of the value at `from` the key's tracked values agree on (see the header).
+    [[nodiscard]] std::int32_t agreed_length(std::span<const std::int32_t> tokens, const key_stats& k, std::int32_t from) const
+    {
+        std::array<bool, 4> along{};
+        along.fill(true);
+        for (std::int32_t i = 0; i < config_.size_mgram; ++i) {
+            const std::int32_t token = tokens[static_cast<std::size_t>(from + i)];
+            std::int64_t agree = 0;
+            std::int64_t part = 0;
+            for (std::size_t v = 0; v < k.count; ++v) {
+                if (!along[v]) {
+                    continue;
+                }
+                if (tokens[static_cast<std::size_t>(k.values[v].position + i)] == token) {
+                    agree += k.values[v].hits;
+                } else {
+                    part += k.values[v].hits;
+                    along[v] = false;
+                }
+            }
+            if (agree < static_cast<std::int64_t>(config_.dominance) * part) {
+                return i;
+            }
+        }
+        return config_.size_mgram;
+    }
+
+    // What recording one occurrence changed, so that it can be taken back.
+    struct occurrence {
+        std::uint64_t key = 0;              // its slot in keys_
+        std::int32_t previous_latest = 0;   // the key's `latest` before it
+        std::int32_t value = -1;            // the tracked value it counted for; -1: untracked
+    };
+
+    static void check_length(const token_history& history)
     {
         if (history.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
             qk::detail::fail("qk::spec::ngram_map: a history of ", history.size(), " tokens exceeds the positions it indexes (at most ",
                              std::numeric_limits<std::int32_t>::max(), ")");
         }
-        if (history.size() < seen_) {
-            keys_.clear();
-            seen_ = 0;
-        }
+    }
+
+    void forget() noexcept
+    {
+        keys_.clear();
+        log_.clear();
+        read_ = 0;
+        mark_ = {};
+    }
+
+    void follow(const token_history& history)
+    {
+        check_length(history);
         const auto n = static_cast<std::size_t>(config_.size_ngram);
         const auto m = static_cast<std::size_t>(config_.size_mgram);
-        for (; seen_ < history.size(); ++seen_) {
-            // The history now holds seen_ + 1 tokens: the occurrence starting n + m before its end
-            // has become complete.
-            if (seen_ + 1 < n + m) {
-                continue;
-            }
-            const std::size_t j = seen_ + 1 - n - m;
-            record(history, j);
+        // Occurrence j read positions j .. j + n + m - 1: it stays only if all are unchanged.
+        const std::size_t unchanged = std::min(read_, history.unchanged_since(mark_));
+        const std::size_t valid = unchanged >= n + m ? unchanged - (n + m) + 1 : 0;
+        if (valid == 0 && !log_.empty()) {
+            forget(); // nothing to keep: cheaper than taking occurrences back one by one
         }
+        while (log_.size() > valid) {
+            take_back();
+        }
+        read_ = unchanged;
+        const std::span<const std::int32_t> tokens = history.tokens();
+        for (; read_ < tokens.size(); ++read_) {
+            // The history now holds read_ + 1 tokens: the occurrence starting n + m before its end
+            // has become complete.
+            if (read_ + 1 >= n + m) {
+                record(tokens, read_ + 1 - n - m);
+            }
+        }
+        mark_ = history.seen();
     }
 
     void record(std::span<const std::int32_t> history, std::size_t j)
@@ -199,29 +266,55 @@ private:
                 continue; // another key with this hash
             }
             const auto value = static_cast<std::int32_t>(j + n);
+            occurrence& entry = log_.emplace_back(occurrence{h, k.latest, -1});
             ++k.total;
             k.latest = value;
             for (std::size_t v = 0; v < k.count; ++v) {
                 const auto p = k.values[v].position;
                 if (std::equal(history.begin() + p, history.begin() + p + static_cast<std::ptrdiff_t>(m), history.begin() + value)) {
                     ++k.values[v].hits;
+                    entry.value = static_cast<std::int32_t>(v);
                     return;
                 }
             }
             if (k.count < k.values.size()) {
+                entry.value = static_cast<std::int32_t>(k.count);
                 k.values[k.count++] = {value, 1};
             }
             return;
         }
     }
 
+    // Undoes the newest recorded occurrence. Taken back newest first, the statistics are those of
+    // the occurrences before it: a value (or key) whose count falls to 0 is the last one added,
+    // since its first occurrence was the earliest of those that counted for it; and a key that
+    // probing placed past colliding ones is erased before them, so no probe sequence is broken.
+    void take_back()
+    {
+        const occurrence entry = log_.back();
+        log_.pop_back();
+        const auto it = keys_.find(entry.key);
+        key_stats& k = it->second;
+        if (--k.total == 0) {
+            keys_.erase(it);
+            return;
+        }
+        k.latest = entry.previous_latest;
+        if (entry.value >= 0 && --k.values[static_cast<std::size_t>(entry.value)].hits == 0) {
+            --k.count;
+        }
+    }
+
     config config_;
     std::int32_t counter_ = 0;
-    std::size_t seen_ = 0; // history tokens read into the statistics
+    std::size_t read_ = 0;          // history tokens read into the statistics
+    std::vector<occurrence> log_;   // per recorded occurrence, in the order recorded
+    token_history::mark mark_;      // the history as last read
     std::unordered_map<std::uint64_t, key_stats> keys_;
     std::unordered_map<std::uint64_t, std::int32_t> caps_;
     std::uint64_t last_key_ = no_key;
     std::int32_t last_length_ = 0;
+    std::int32_t last_cap_ = 0; // the drafted key's cap when it drafted
 };
 
 } // namespace qk::spec

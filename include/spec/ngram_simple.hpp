@@ -10,6 +10,8 @@
 //     (most recent) j where history[j .. j + n - 1] equals the pattern;
 //  5. no match: no draft; otherwise c = min(m, L - (j + n)) tokens from history[j + n] are the
 //     draft, unless c < n (no draft).
+// It keeps nothing from one call to the next but the counter, so it takes a bare span as well as
+// a token_history: no edit of the history can make it stale.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "ngram_config.hpp"
+#include "token_history.hpp"
 
 namespace qk::spec {
 
@@ -45,8 +48,13 @@ public:
         }
         return result;
     }
+    [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
+    {
+        return draft(history.tokens(), sampled);
+    }
 
-    // The history was replaced or edited: nothing to forget (the counter carries on).
+    // Nothing to forget (the counter carries on); there for code written for any drafter.
+    void begin(const token_history&) noexcept {}
     void begin(std::span<const std::int32_t>) noexcept {}
 
     [[nodiscard]] const ngram_config& config() const noexcept { return config_; }

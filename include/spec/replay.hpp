@@ -2,11 +2,13 @@
 // the target's choice at each step being the sequence's next token (greedy verification against
 // it), with the batch budget applied to the prompt and to each drafted evaluation. It reports
 // what drafting would save: acceptance rate, mean accepted length, tokens per evaluation,
-// evaluations saved against one evaluation per token, and the drafter's time per call.
+// evaluations saved against one evaluation per token, and the drafter's time per call. Any
+// drafter reading a token_history (the history_drafter concept below) can be replayed.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "../kernels/error.hpp"
+#include "token_history.hpp"
 #include "verify.hpp"
 
 namespace qk::spec {
@@ -53,11 +56,21 @@ struct replay_result {
     std::size_t prompt_evaluations = 0;
 };
 
-// Drafter: anything with draft(history, sampled) -> std::vector<std::int32_t>. After each
+// What replay (and any code written for every drafter) needs: draft(history, sampled) proposes
+// the tokens to follow `sampled`, the history holding every token before it. A drafter may keep
+// what it derived from the history between calls; the history's marks tell it what changed.
+// The feedback hooks are optional: accept(accepted, verified) or accept(accepted).
+template <class Drafter>
+concept history_drafter = requires(Drafter& drafter, const token_history& history, std::int32_t sampled) {
+    { drafter.draft(history, sampled) } -> std::convertible_to<std::vector<std::int32_t>>;
+};
+
+// The history passed to the drafter is one token_history, appended to as generation advances
+// (tokens[0, pos) at each step), so a drafter's state follows it in O(1) per token. After each
 // non-empty draft the drafter's feedback hook is called when it has one: accept(accepted,
 // verified) (ngram_map: `verified` is the draft's length after the replay cut it) or accept(n).
 // The sequence needs more tokens than the prompt.
-template <class Drafter>
+template <history_drafter Drafter>
 [[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {})
 {
     const batch_budget budget(options.n_batch);
@@ -73,9 +86,10 @@ template <class Drafter>
     const std::size_t max_draft = options.max_draft;
     // pos: the token the target has just chosen (sampled); everything before it is the history.
     std::size_t pos = options.prompt;
+    token_history history(tokens.first(pos));
     while (pos + 1 < tokens.size()) {
         const auto start = std::chrono::steady_clock::now();
-        std::vector<std::int32_t> draft = drafter.draft(tokens.first(pos), tokens[pos]);
+        std::vector<std::int32_t> draft = drafter.draft(history, tokens[pos]);
         r.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         // Only tokens inside the sequence can be verified against it.
         draft.resize(std::min({draft.size(), max_draft, tokens.size() - pos - 2}));
@@ -98,6 +112,7 @@ template <class Drafter>
                 drafter.accept(static_cast<std::int32_t>(accepted));
             }
         }
+        history.append(tokens.subspan(pos, 1 + accepted));
         pos += 1 + accepted;
     }
     return r;
