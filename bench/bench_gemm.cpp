@@ -266,6 +266,7 @@ void register_gemm()
     register_gemm<qk::block_mxfp4>();
     register_gemm<qk::block_iq4_nl>();
     register_gemm<qk::block_iq4_xs>();
+    register_gemm<qk::block_nvfp4>();
     return true;
 }();
 

@@ -168,6 +168,10 @@ struct weight_set {
         for (std::size_t b = 0; b < blocks_per_matrix; ++b) {
             if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
                 blocks[b].e = static_cast<std::uint8_t>(118 + b % 16);
+            } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+                for (std::size_t s = 0; s < 4; ++s) {
+                    blocks[b].d[s] = static_cast<std::uint8_t>(0x28 + (b + s) % 32);
+                }
             } else {
                 blocks[b].d = qk::fp32_to_fp16(1e-3f * static_cast<float>(1 + b % 8));
             }
@@ -308,6 +312,7 @@ void register_gemv()
         ->Unit(benchmark::kMillisecond);
     register_gemv<qk::block_q8_0>();
     register_gemv<qk::block_mxfp4>();
+    register_gemv<qk::block_nvfp4>();
     register_gemv<qk::block_iq4_nl>();
     register_gemv<qk::block_iq4_xs>();
     return true;

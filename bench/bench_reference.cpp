@@ -61,11 +61,13 @@ void dot(benchmark::State& state)
 BENCHMARK_TEMPLATE(quantize, qk::block_q8_0);
 BENCHMARK_TEMPLATE(quantize, qk::block_q8_K);
 BENCHMARK_TEMPLATE(quantize, qk::block_mxfp4);
+BENCHMARK_TEMPLATE(quantize, qk::block_nvfp4);
 BENCHMARK_TEMPLATE(quantize, qk::block_iq4_nl);
 BENCHMARK_TEMPLATE(quantize, qk::block_iq4_xs);
 BENCHMARK_TEMPLATE(dequantize, qk::block_q8_0);
 BENCHMARK_TEMPLATE(dequantize, qk::block_q8_K);
 BENCHMARK_TEMPLATE(dequantize, qk::block_mxfp4);
+BENCHMARK_TEMPLATE(dequantize, qk::block_nvfp4);
 BENCHMARK_TEMPLATE(dequantize, qk::block_iq4_nl);
 BENCHMARK_TEMPLATE(dequantize, qk::block_iq4_xs);
 // The dot products on every tag of qk::arch::all that this CPU runs (named dot<FORMAT>/TAG).
@@ -74,6 +76,7 @@ BENCHMARK_TEMPLATE(dequantize, qk::block_iq4_xs);
         const std::string tag = qk::arch::name<Tag>();
         benchmark::RegisterBenchmark(("dot<Q8_0>/" + tag).c_str(), dot<qk::block_q8_0, Tag>);
         benchmark::RegisterBenchmark(("dot<MXFP4>/" + tag).c_str(), dot<qk::block_mxfp4, Tag>);
+        benchmark::RegisterBenchmark(("dot<NVFP4>/" + tag).c_str(), dot<qk::block_nvfp4, Tag>);
         benchmark::RegisterBenchmark(("dot<IQ4_NL>/" + tag).c_str(), dot<qk::block_iq4_nl, Tag>);
         benchmark::RegisterBenchmark(("dot<IQ4_XS>/" + tag).c_str(), dot<qk::block_iq4_xs, Tag>);
     });

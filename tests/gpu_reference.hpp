@@ -1,14 +1,18 @@
 // What the GPU backends' tests (tests/vulkan, tests/metal) hold their kernels to, in one place:
 // solve_tri's residual and forward-error bounds for a device's arithmetic, derived as in
 // solve_tri_reference.hpp, checked against a double solve and the CPU's qk::solve_tri; the
-// rounding bound of a mat-vec; and logits rows in the styles the sampling tests use.
+// rounding bound of a mat-vec; NVFP4 blocks with every scale byte at every position; and logits
+// rows in the styles the sampling tests use.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <kernels/formats/nvfp4.hpp>
 #include <kernels/solve_tri.hpp>
 
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -121,6 +125,51 @@ inline std::size_t check_solve_against_cpu(const qk_inputs::tri_problem_data<flo
 inline double rounding_bound(std::size_t n, double magnitude)
 {
     return 2.0 * static_cast<double>(n + 2) * 0x1p-24 * magnitude + 1e-30;
+}
+
+// NVFP4 blocks that show each UE4M3 scale byte on its own, for the kernels that decode the scales
+// themselves rather than read qk::ue4m3_half_table: one block per row, row 4 b + p with scale byte
+// b at sub-block p and the other three sub-blocks' bytes among those that decode to 0 (0x00, 0x7F,
+// 0x80), under random codes; x holds small integers. Every product and sum is then exact in float,
+// so a kernel's row r must equal `expected[r]` (the table's value times the sub-block's integer
+// dot, taken with FORMATS.md's nibble order) in any order of summation.
+struct nvfp4_scale_probe {
+    static constexpr std::size_t rows = 4 * 256;
+    static constexpr std::size_t cols = 64;
+    std::vector<qk::block_nvfp4> w;
+    std::vector<float> x;
+    std::vector<float> expected;
+};
+
+inline nvfp4_scale_probe make_nvfp4_scale_probe(std::uint32_t seed)
+{
+    constexpr std::array<std::uint8_t, 3> zeros{0x00, 0x7f, 0x80};
+    std::mt19937 rng(seed);
+    nvfp4_scale_probe probe;
+    std::vector<int> xi(nvfp4_scale_probe::cols);
+    for (int& v : xi) {
+        v = static_cast<int>(rng() % 7) - 3;
+        probe.x.push_back(static_cast<float>(v));
+    }
+    for (std::size_t r = 0; r < nvfp4_scale_probe::rows; ++r) {
+        const std::size_t byte = r / 4;
+        const std::size_t p = r % 4;
+        qk::block_nvfp4 block{};
+        for (std::size_t s = 0; s < 4; ++s) {
+            block.d[s] = s == p ? static_cast<std::uint8_t>(byte) : zeros[(r + s) % zeros.size()];
+        }
+        for (auto& q : block.qs) {
+            q = static_cast<std::uint8_t>(rng());
+        }
+        int sumi = 0;
+        for (std::size_t j = 0; j < 8; ++j) {
+            const std::uint8_t q = block.qs[8 * p + j];
+            sumi += qk::mxfp4_values[q & 0x0f] * xi[16 * p + j] + qk::mxfp4_values[q >> 4] * xi[16 * p + j + 8];
+        }
+        probe.w.push_back(block);
+        probe.expected.push_back(qk::ue4m3_half_table[byte] * static_cast<float>(sumi));
+    }
+    return probe;
 }
 
 // Logits rows for the sampling kernels, in four styles: 0 normal logits (sigma 3); 1 few distinct

@@ -78,8 +78,8 @@ inline std::vector<float> portable_normal(std::size_t count, std::uint32_t seed)
 }
 
 // Random GGUF blocks whose scales keep every product in float's normal range: random bytes, then
-// per block a scale from U(1e-3, 1e-2) (MXFP4: an exponent for 2^-9 .. 2^6, halved), and Q8_0
-// codes kept in the quantizer's range [-127, 127]. A mat-vec's result is defined for any valid
+// per block a scale from U(1e-3, 1e-2) (MXFP4: an exponent for 2^-9 .. 2^6, halved; NVFP4: per
+// sub-block a UE4M3 byte for 2^-2 .. 3.75, halved), and Q8_0 codes kept in the quantizer's range [-127, 127]. A mat-vec's result is defined for any valid
 // block, not only for those a quantizer would choose, and quantizing large matrices with the IQ4
 // search would cost the suites seconds.
 template <class Block>
@@ -96,6 +96,10 @@ std::vector<Block> random_blocks(std::size_t count, std::uint64_t seed)
         }
         if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
             block.e = static_cast<std::uint8_t>(118 + engine() % 16);
+        } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+            for (auto& d : block.d) {
+                d = static_cast<std::uint8_t>(0x28 + engine() % 32);
+            }
         } else if constexpr (std::is_same_v<Block, qk::block_q8_K>) {
             block.d = scale(engine);
         } else {
@@ -110,7 +114,8 @@ std::vector<Block> random_blocks(std::size_t count, std::uint64_t seed)
     return blocks;
 }
 
-// Random codes under one moderate scale, 0.01 (MXFP4: an exponent for 2^-7 .. 2^0, halved), for
+// Random codes under one moderate scale, 0.01 (MXFP4: an exponent for 2^-7 .. 2^0, halved; NVFP4:
+// per sub-block a UE4M3 byte for 0.5 .. 1.875, halved), for
 // speed measurements: a kernel's speed does not depend on the values, and quantizing a 14336 x
 // 4096 matrix with the IQ4 quantizers would take half a minute.
 template <class Block>
@@ -125,6 +130,10 @@ std::vector<Block> random_blocks_fixed_scale(std::size_t count, std::uint32_t se
     for (Block& b : blocks) {
         if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
             b.e = static_cast<std::uint8_t>(120 + engine() % 8);
+        } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+            for (auto& d : b.d) {
+                d = static_cast<std::uint8_t>(0x30 + engine() % 16);
+            }
         } else if constexpr (std::is_same_v<Block, qk::block_q8_K>) {
             b.d = 0.01f;
         } else {

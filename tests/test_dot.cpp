@@ -50,7 +50,9 @@ TEST_CASE_TEMPLATE_DEFINE("dot equals the exact dot of the decoded rows up to fl
         // Each block's integer sum is exact; its scale d (a product of two floats, or three for
         // IQ4_XS) carries up to 3 roundings, the term d * sum one more, and the running sum one
         // per block: relative error per term at most (4 + blocks) * 2^-24 of the |terms| total.
-        const double blocks = static_cast<double>(w.size() * (std::is_same_v<Block, qk::block_iq4_xs> ? 8 : 1));
+        // (Scaled sums per block: IQ4_XS has 8 groups and NVFP4 4 sub-blocks per block.)
+        const std::size_t sums_per_block = std::is_same_v<Block, qk::block_iq4_xs> ? 8 : std::is_same_v<Block, qk::block_nvfp4> ? 4 : 1;
+        const double blocks = static_cast<double>(w.size() * sums_per_block);
         const double tolerance = (4.0 + blocks) * 0x1p-24 * reference.magnitude;
         const float generic = qk::dot<Block, qk::arch::generic>(w, a);
         const float native = qk::dot<Block>(w, a);

@@ -98,7 +98,7 @@ void check_gemv_equals_dot_per_row()
         for (std::size_t cols : col_counts<Block>()) {
             CAPTURE(rows);
             CAPTURE(cols);
-            const std::span<const Block> w(all.data(), rows * qk::gemm_scratch_blocks<Block>(cols));
+            const std::span<const Block> w(all.data(), rows * (cols / qk::format_traits<Block>::block_size));
             const auto x = normal(cols, 1.0f, static_cast<std::uint32_t>(rows * 7919 + cols));
             const auto expected = dot_per_row<Block, Arch>(w, rows, cols, x);
             for (const auto& pool : pools) {
@@ -125,7 +125,7 @@ void check_gemm_equals_gemv_per_column()
         for (std::size_t rows : {3u, 257u}) {
             CAPTURE(columns);
             CAPTURE(rows);
-            const std::span<const Block> w(all.data(), rows * qk::gemm_scratch_blocks<Block>(cols));
+            const std::span<const Block> w(all.data(), rows * (cols / qk::format_traits<Block>::block_size));
             const auto x = normal(columns * cols, 1.0f, static_cast<std::uint32_t>(columns * 31 + rows));
             std::vector<float> per_column(columns * rows);
             for (std::size_t c = 0; c < columns; ++c) {
@@ -203,11 +203,13 @@ TEST_CASE_TEMPLATE_DEFINE("gemv and gemm reject bad shapes with a qk::error nami
     const std::span<const Block> w(weights<Block>().data(), rows * 2);
     const auto x = normal(2 * cols, 1.0f, 11);
     const std::span<const float> x1 = std::span<const float>(x).first(cols);
-    std::vector<activation> scratch(4);
+    // Activation blocks per weight block: 2 for NVFP4, 1 otherwise.
+    constexpr std::size_t per = qk::activation_blocks_per_block<Block>;
+    std::vector<activation> scratch(4 * per);
     thread_pool pool(2);
     auto y = sentinel_filled(2 * rows);
     const std::span<float> y1 = std::span<float>(y).first(rows);
-    const std::span<activation> scratch1 = std::span<activation>(scratch).first(2);
+    const std::span<activation> scratch1 = std::span<activation>(scratch).first(2 * per);
 
     const auto rejects = [&](auto&& call, const std::string& message) {
         CAPTURE(message);
@@ -222,14 +224,14 @@ TEST_CASE_TEMPLATE_DEFINE("gemv and gemm reject bad shapes with a qk::error nami
             "x has " + std::to_string(cols - 1) + " values but cols is " + std::to_string(cols));
     rejects([&] { qk::gemv<Block>(w, rows, cols, x1, y1.first(2), pool, scratch1); }, "y has 2 values but rows is 3");
     rejects([&] { qk::gemv<Block>(w, rows, cols, x1, y1, pool, scratch1.first(1)); },
-            "scratch has 1 " + std::string(qk::format_traits<activation>::name) + " blocks but x needs 2");
+            "scratch has 1 " + std::string(qk::format_traits<activation>::name) + " blocks but x needs " + std::to_string(2 * per));
     rejects([&] { qk::gemv<Block>(w, std::numeric_limits<std::size_t>::max(), cols, x1, y1, pool); }, "make more than SIZE_MAX");
 
     rejects([&] { qk::gemm<Block>(w, rows, cols, 0, x, y, pool, scratch); }, "qk::gemm<" + name + ">: columns is 0");
     rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x1, y, pool, scratch); },
             "x has " + std::to_string(cols) + " values but columns 2 x cols " + std::to_string(cols) + " make " + std::to_string(2 * cols));
     rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x, y1, pool, scratch); }, "y has 3 values but columns 2 x rows 3 make 6");
-    rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x, y, pool, scratch1); }, "scratch has 2");
+    rejects([&] { qk::gemm<Block>(w, rows, cols, 2, x, y, pool, scratch1); }, "scratch has " + std::to_string(2 * per));
 
     // Activations that cannot be quantized are quantize's error, still before y is written.
     auto bad_x = normal(cols, 1.0f, 12);

@@ -60,7 +60,7 @@ void check_generic_dot(const char* weight_file, const char* activation_file, con
     REQUIRE(expected.size() == rows * rows);
     const std::size_t wn = w.size() / rows;
     const std::size_t an = a.size() / rows;
-    REQUIRE(wn == an);
+    REQUIRE(wn * qk::activation_blocks_per_block<Block> == an);
     for (std::size_t i = 0; i < rows; ++i) {
         for (std::size_t j = 0; j < rows; ++j) {
             const float got = qk::dot<Block, qk::arch::generic>(std::span(w).subspan(i * wn, wn), std::span(a).subspan(j * an, an));
@@ -87,11 +87,22 @@ TEST_CASE("golden: E8M0 tables equal ggml's GGML_E8M0_TO_FP32 and _HALF")
     }
 }
 
+TEST_CASE("golden: the UE4M3 table equals ggml's NVFP4 scale decoding")
+{
+    const auto half = load<float>("ue4m3_to_fp32_half.f32");
+    REQUIRE(half.size() == 256);
+    for (unsigned b = 0; b < 256; ++b) {
+        CAPTURE(b);
+        CHECK(bits(qk::ue4m3_half_table[b]) == bits(half[b]));
+    }
+}
+
 TEST_CASE("golden: model-file quantizers reproduce ggml's bytes")
 {
     SUBCASE("Q8_0") { check_quantizer<qk::block_q8_0>("q8_0.ref.bin"); }
     SUBCASE("Q8_K") { check_quantizer<qk::block_q8_K>("q8_K.ref.bin"); }
     SUBCASE("MXFP4") { check_quantizer<qk::block_mxfp4>("mxfp4.ref.bin"); }
+    SUBCASE("NVFP4") { check_quantizer<qk::block_nvfp4>("nvfp4.ref.bin"); }
     SUBCASE("IQ4_NL (ggml_quantize_chunk, 15 candidate scales)") { check_quantizer<qk::block_iq4_nl>("iq4_nl.chunk.bin"); }
     SUBCASE("IQ4_XS") { check_quantizer<qk::block_iq4_xs>("iq4_xs.ref.bin"); }
 }
@@ -139,6 +150,7 @@ TEST_CASE("golden: dequantizers reproduce ggml's to_float bit for bit")
     SUBCASE("Q8_0") { check_dequantizer<qk::block_q8_0>("q8_0.ref.bin", "q8_0.ref.deq.f32"); }
     SUBCASE("Q8_K") { check_dequantizer<qk::block_q8_K>("q8_K.ref.bin", "q8_K.ref.deq.f32"); }
     SUBCASE("MXFP4") { check_dequantizer<qk::block_mxfp4>("mxfp4.ref.bin", "mxfp4.ref.deq.f32"); }
+    SUBCASE("NVFP4") { check_dequantizer<qk::block_nvfp4>("nvfp4.ref.bin", "nvfp4.ref.deq.f32"); }
     SUBCASE("IQ4_NL ref") { check_dequantizer<qk::block_iq4_nl>("iq4_nl.ref.bin", "iq4_nl.ref.deq.f32"); }
     SUBCASE("IQ4_NL chunk") { check_dequantizer<qk::block_iq4_nl>("iq4_nl.chunk.bin", "iq4_nl.chunk.deq.f32"); }
     SUBCASE("IQ4_XS") { check_dequantizer<qk::block_iq4_xs>("iq4_xs.ref.bin", "iq4_xs.ref.deq.f32"); }
@@ -148,6 +160,7 @@ TEST_CASE("golden: generic dot products equal ggml's portable loops bit for bit"
 {
     SUBCASE("Q8_0 x Q8_0") { check_generic_dot<qk::block_q8_0>("q8_0.ref.bin", "act.q8_0.bin", "dot.q8_0.ref.generic.f32"); }
     SUBCASE("MXFP4 x Q8_0") { check_generic_dot<qk::block_mxfp4>("mxfp4.ref.bin", "act.q8_0.bin", "dot.mxfp4.ref.generic.f32"); }
+    SUBCASE("NVFP4 x Q8_0") { check_generic_dot<qk::block_nvfp4>("nvfp4.ref.bin", "act.q8_0.bin", "dot.nvfp4.ref.generic.f32"); }
     SUBCASE("IQ4_NL(ref) x Q8_0") { check_generic_dot<qk::block_iq4_nl>("iq4_nl.ref.bin", "act.q8_0.bin", "dot.iq4_nl.ref.generic.f32"); }
     SUBCASE("IQ4_NL(chunk) x Q8_0")
     {

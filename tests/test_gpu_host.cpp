@@ -79,14 +79,15 @@ static_assert(gpu::format_index<qk::block_q8_0> == 0);
 static_assert(gpu::format_index<qk::block_mxfp4> == 1);
 static_assert(gpu::format_index<qk::block_iq4_nl> == 2);
 static_assert(gpu::format_index<qk::block_iq4_xs> == 3);
+static_assert(gpu::format_index<qk::block_nvfp4> == 4);
 
 TEST_CASE("gpu format_index and lists_weight_formats: kernel tables follow qk::weight_formats")
 {
     constexpr auto name = [](std::string_view n) { return n; };
-    static constexpr std::array<std::string_view, 4> in_order{"gemv_q8_0", "gemv_mxfp4", "gemv_iq4_nl", "gemv_iq4_xs"};
-    static constexpr std::array<std::string_view, 4> swapped{"gemv_q8_0", "gemv_iq4_nl", "gemv_mxfp4", "gemv_iq4_xs"};
-    static constexpr std::array<std::string_view, 3> short_one{"gemv_q8_0", "gemv_mxfp4", "gemv_iq4_nl"};
-    static constexpr std::array<std::string_view, 4> other_prefix{"dot_q8_0", "dot_mxfp4", "dot_iq4_nl", "dot_iq4_xs"};
+    static constexpr std::array<std::string_view, 5> in_order{"gemv_q8_0", "gemv_mxfp4", "gemv_iq4_nl", "gemv_iq4_xs", "gemv_nvfp4"};
+    static constexpr std::array<std::string_view, 5> swapped{"gemv_q8_0", "gemv_mxfp4", "gemv_iq4_nl", "gemv_nvfp4", "gemv_iq4_xs"};
+    static constexpr std::array<std::string_view, 4> short_one{"gemv_q8_0", "gemv_mxfp4", "gemv_iq4_nl", "gemv_iq4_xs"};
+    static constexpr std::array<std::string_view, 5> other_prefix{"dot_q8_0", "dot_mxfp4", "dot_iq4_nl", "dot_iq4_xs", "dot_nvfp4"};
     static_assert(gpu::lists_weight_formats(in_order, "gemv_", name));
     static_assert(!gpu::lists_weight_formats(swapped, "gemv_", name));
     static_assert(!gpu::lists_weight_formats(short_one, "gemv_", name));
@@ -94,7 +95,7 @@ TEST_CASE("gpu format_index and lists_weight_formats: kernel tables follow qk::w
     CHECK(gpu::lists_weight_formats(other_prefix, "dot_", name));
     std::vector<std::size_t> positions;
     qk::weight_formats::for_each([&]<class Block>(std::type_identity<Block>) { positions.push_back(gpu::format_index<Block>); });
-    CHECK(positions == std::vector<std::size_t>{0, 1, 2, 3});
+    CHECK(positions == std::vector<std::size_t>{0, 1, 2, 3, 4});
 }
 
 TEST_CASE("gpu make_matrix: checked before the buffer is made, then the blocks' bytes in the backend's buffer")

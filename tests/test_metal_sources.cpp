@@ -67,7 +67,7 @@ TEST_CASE("metal sources: every kernel and function constant the host uses is in
             CHECK(indices.insert(d.index).second);
         }
     }
-    CHECK(names.size() == 10);
+    CHECK(names.size() == 11);
 }
 
 TEST_CASE("metal sources: the embedded text is whole (the Metal runtime resolves no quoted #include)")

@@ -77,6 +77,12 @@ void check_round_trip_bound(const std::vector<float>& x)
                 // 1.5 * 2^floor(log2 amax), which can be below amax: larger values clip to 12 s.
                 const double s = qk::e8m0_half_to_fp32(block.e);
                 bound = std::max(2.0 * s, std::fabs(v) - 12.0 * s) * (1 + 1e-6);
+            } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+                // The same grid per 16 values, at the sub-block's UE4M3 scale: half a gap inside
+                // the grid; beyond 12 s (a scale clamped at 448, or rounded below amax / 6) values
+                // clip to 12 s. A scale below the smallest subnormal is 0 and the value is lost.
+                const double s = qk::ue4m3_half_table[block.d[j / 16]];
+                bound = std::max(2.0 * s, std::fabs(v) - 12.0 * s) * (1 + 1e-6);
             } else {
                 // Codes are the nearest grid points at the float scale; rounding the scale to fp16
                 // moves each decoded value by at most 127 times the scale's rounding error, once
@@ -225,6 +231,34 @@ TEST_CASE("Q8_0 and IQ4 scales at the edge of the fp16 range")
     big[40] = 3e38f;
     CHECK_NOTHROW((void)qk::quantize<qk::block_q8_K>(std::span<const float>(big)));
     CHECK_NOTHROW((void)qk::quantize<qk::block_mxfp4>(std::span<const float>(big)));
+    CHECK_NOTHROW((void)qk::quantize<qk::block_nvfp4>(std::span<const float>(big)));
+}
+
+TEST_CASE("NVFP4 sub-block scales: clamped at 448, each 16 values on their own")
+{
+    std::vector<float> x(64, 0.0f);
+    x[0] = 1e6f;   // amax / 6 beyond 448: scale byte 0x7e, the value clips to 12 * 224
+    x[16] = 6.0f;  // amax / 6 = 1: byte 0x38, and 6 is code 7 (12 * 0.5)
+    x[17] = -0.5f; // code 9 (-1 * 0.5)
+    x[40] = 3.0f;  // sub-block 2: byte 0x30 (0.5, half of it 0.25), 3 is code 7 (12 * 0.25)
+    // Sub-block 3 stays zero: byte 0, codes 0.
+    const auto blocks = qk::quantize<qk::block_nvfp4>(std::span<const float>(x));
+    REQUIRE(blocks.size() == 1);
+    CHECK(blocks[0].d[0] == 0x7e);
+    CHECK(blocks[0].d[1] == 0x38);
+    CHECK(blocks[0].d[2] == 0x30);
+    CHECK(blocks[0].d[3] == 0x00);
+    CHECK((blocks[0].qs[0] & 0x0f) == 7);  // element 0: 12 * 224 = 2688 is the nearest value
+    CHECK((blocks[0].qs[8] & 0x0f) == 7);  // element 16
+    CHECK((blocks[0].qs[9] & 0x0f) == 9);  // element 17
+    CHECK((blocks[0].qs[16] >> 4) == 7);   // element 40 = 16 * 2 + 8: the high nibble of byte 16
+    std::vector<float> y(64);
+    qk::dequantize<qk::block_nvfp4>(blocks, y);
+    CHECK(y[0] == 2688.0f);
+    CHECK(y[16] == 6.0f);
+    CHECK(y[17] == -0.5f);
+    CHECK(y[40] == 3.0f);
+    CHECK(std::count(y.begin(), y.end(), 0.0f) == 60);
 }
 
 TEST_CASE_TEMPLATE_DEFINE("bad shapes and values are rejected before anything is written", Block, bad_shapes_values_are_rejected)

@@ -89,6 +89,7 @@ BENCHMARK(gemv<qk::block_q8_0>)->Name("vulkan/gemv/Q8_0")->Unit(benchmark::kMill
 BENCHMARK(gemv<qk::block_mxfp4>)->Name("vulkan/gemv/MXFP4")->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(gemv<qk::block_iq4_nl>)->Name("vulkan/gemv/IQ4_NL")->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(gemv<qk::block_iq4_xs>)->Name("vulkan/gemv/IQ4_XS")->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(gemv<qk::block_nvfp4>)->Name("vulkan/gemv/NVFP4")->Unit(benchmark::kMillisecond)->UseManualTime();
 
 // Y = W·X in one call, and the same columns as one gemv call each (what the context did before it
 // had a mat-mult), timed in the same run: `over_gemv_per_column` is how many times faster the
@@ -136,6 +137,7 @@ BENCHMARK(gemm<qk::block_q8_0>)->Name("vulkan/gemm/Q8_0/columns")->Arg(8)->Arg(3
 BENCHMARK(gemm<qk::block_mxfp4>)->Name("vulkan/gemm/MXFP4/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(gemm<qk::block_iq4_nl>)->Name("vulkan/gemm/IQ4_NL/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(gemm<qk::block_iq4_xs>)->Name("vulkan/gemm/IQ4_XS/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(gemm<qk::block_nvfp4>)->Name("vulkan/gemm/NVFP4/columns")->Arg(8)->Arg(32)->Unit(benchmark::kMillisecond)->UseManualTime();
 
 void solve_tri(benchmark::State& state)
 {

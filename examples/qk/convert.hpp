@@ -138,7 +138,7 @@ inline CLI::App* add_convert_command(CLI::App& app, const char* name, const char
                                      const char* input_help, const char* output_help)
 {
     CLI::App* cmd = app.add_subcommand(name, description);
-    cmd->add_option("-t,--type", opt.type, "block format: Q8_0, Q8_K, MXFP4, IQ4_NL or IQ4_XS (any letter case)")->required();
+    cmd->add_option("-t,--type", opt.type, "block format: Q8_0, Q8_K, MXFP4, NVFP4, IQ4_NL or IQ4_XS (any letter case)")->required();
     cmd->add_option("-c,--cols", opt.cols, "values per row, a multiple of the format's block size (32 or 256)")
         ->required()
         ->type_name("N")

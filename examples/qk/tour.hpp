@@ -80,7 +80,7 @@ struct dot_result {
 // How far apart two computations of one row's dot product may be.
 //
 // Every kernel forms one float term per group of 32 values (a Q8_0/MXFP4/IQ4_NL block, an IQ4_XS
-// sub-block): t = d * sumi, where sumi is an exact integer sum and d a product of at most three
+// sub-block) or of 16 (an NVFP4 sub-block): t = d * sumi, where sumi is an exact integer sum and d a product of at most three
 // scales, so each term carries at most 3 roundings. Adding n terms in float costs n - 1 more.
 // With u = FLT_EPSILON / 2 and S = sum_i |w_i * a_i| over the dequantized values (which bounds
 // every |t| and every partial sum), the standard bound for recursive summation gives
@@ -126,7 +126,7 @@ dot_result tour_dot(std::span<const float> w, std::span<const float> a)
             dequantized += product;
             abs_sum += std::fabs(product);
         }
-        const double tolerance = dot_tolerance(tour_cols / 32, abs_sum);
+        const double tolerance = dot_tolerance(tour_cols / (std::is_same_v<Block, qk::block_nvfp4> ? 16 : 32), abs_sum);
         // Written so that a NaN anywhere fails the check.
         const bool row_ok = std::fabs(static_cast<double>(best) - static_cast<double>(generic)) <= tolerance &&
                             std::fabs(static_cast<double>(generic) - dequantized) <= tolerance;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -14,14 +15,16 @@
 #include "formats/iq4_nl.hpp"
 #include "formats/iq4_xs.hpp"
 #include "formats/mxfp4.hpp"
+#include "formats/nvfp4.hpp"
 #include "formats/q8_0.hpp"
 #include "formats/q8_k.hpp"
 
 namespace qk {
 
-enum class format { q8_0, q8_K, mxfp4, iq4_nl, iq4_xs };
+enum class format { q8_0, q8_K, mxfp4, iq4_nl, iq4_xs, nvfp4 };
 
-inline constexpr std::array<format, 5> all_formats = {format::q8_0, format::q8_K, format::mxfp4, format::iq4_nl, format::iq4_xs};
+inline constexpr std::array<format, 6> all_formats = {format::q8_0, format::q8_K, format::mxfp4, format::iq4_nl, format::iq4_xs,
+                                                      format::nvfp4};
 
 // The block types as compile-time lists, for code that covers every format (tests, benchmarks, the
 // backends' format-to-kernel maps): for_each(f) calls f(std::type_identity<Block>{}) in order, and
@@ -39,9 +42,9 @@ struct format_list {
 };
 
 // Every block format, in the order of `format`.
-using block_formats = format_list<block_q8_0, block_q8_K, block_mxfp4, block_iq4_nl, block_iq4_xs>;
+using block_formats = format_list<block_q8_0, block_q8_K, block_mxfp4, block_iq4_nl, block_iq4_xs, block_nvfp4>;
 // The weight formats: those with a dot product against an activation format.
-using weight_formats = format_list<block_q8_0, block_mxfp4, block_iq4_nl, block_iq4_xs>;
+using weight_formats = format_list<block_q8_0, block_mxfp4, block_iq4_nl, block_iq4_xs, block_nvfp4>;
 static_assert(block_formats::size == all_formats.size(), "a new format goes into both lists");
 
 // Calls f(std::type_identity<Block>{}) with the block type of `which`.
@@ -53,9 +56,10 @@ decltype(auto) visit_format(format which, F&& f)
     case format::q8_K: return std::forward<F>(f)(std::type_identity<block_q8_K>{});
     case format::mxfp4: return std::forward<F>(f)(std::type_identity<block_mxfp4>{});
     case format::iq4_nl: return std::forward<F>(f)(std::type_identity<block_iq4_nl>{});
-    case format::iq4_xs: break;
+    case format::iq4_xs: return std::forward<F>(f)(std::type_identity<block_iq4_xs>{});
+    case format::nvfp4: break;
     }
-    return std::forward<F>(f)(std::type_identity<block_iq4_xs>{});
+    return std::forward<F>(f)(std::type_identity<block_nvfp4>{});
 }
 
 [[nodiscard]] inline std::string_view format_name(format which)
@@ -86,13 +90,30 @@ decltype(auto) visit_format(format which, F&& f)
     return std::nullopt;
 }
 
+// The GGUF tensor type id of a format (ggml's enum ggml_type: Q8_0 8, Q8_K 15, IQ4_NL 20, IQ4_XS 23,
+// MXFP4 39, NVFP4 40), and the format of an id, none for the types qkern does not read.
+[[nodiscard]] inline std::uint32_t gguf_type(format which)
+{
+    return visit_format(which, []<class Block>(std::type_identity<Block>) { return format_traits<Block>::gguf_type; });
+}
+
+[[nodiscard]] inline std::optional<format> find_gguf_type(std::uint32_t id) noexcept
+{
+    for (format f : all_formats) {
+        if (gguf_type(f) == id) {
+            return f;
+        }
+    }
+    return std::nullopt;
+}
+
 // Like find_format, but an unknown name is a qk::error that lists the known ones.
 [[nodiscard]] inline format parse_format(std::string_view name)
 {
     if (auto found = find_format(name)) {
         return *found;
     }
-    detail::fail("unknown format '", name, "': expected one of Q8_0, Q8_K, MXFP4, IQ4_NL, IQ4_XS");
+    detail::fail("unknown format '", name, "': expected one of Q8_0, Q8_K, MXFP4, IQ4_NL, IQ4_XS, NVFP4");
 }
 
 } // namespace qk

@@ -3,9 +3,9 @@
 // and qk::packed_panel holds quantized activation columns arranged for the same kernels
 // (packed/*.hpp), which compute 16 rows x up to 8 columns at a time. backends/cpu drives them.
 //
-// Results equal the generic qk::dot bit for bit: each output value is the sum over blocks, in
-// order, of (d_w * d_a) * sumi rounded twice, as dot/generic.hpp computes it; only where and how
-// the exact integer sums are formed differs.
+// Results equal the generic qk::dot bit for bit: each output value is the sum over blocks (NVFP4:
+// sub-blocks of 16), in order, of (d_w * d_a) * sumi rounded twice, as dot/generic.hpp computes
+// it; only where and how the exact integer sums are formed differs.
 #pragma once
 
 #include <algorithm>
@@ -29,12 +29,16 @@ namespace qk {
 //  - 8-bit codes (Q8_0): 512 bytes, eight 64-byte vectors; vector k holds values 4k..4k+3 of rows
 //    0..15 in turn (row r at bytes 4r..4r+3), each stored as value + 128 (unsigned): an int8 dot
 //    instruction (u8 x s8, four products per 32-bit lane) then sums one row per lane.
-//  - 4-bit codes (MXFP4, IQ4_NL, IQ4_XS): 256 bytes, four 64-byte vectors; byte 4r + q of vector m
-//    holds the code of value 8m + q of row r in its low nibble and of value 8m + 4 + q in its high
-//    nibble, so that the two nibble halves of a vector are the 8-bit layout's vectors 2m, 2m + 1.
+//  - 4-bit codes (MXFP4, NVFP4, IQ4_NL, IQ4_XS): 256 bytes, four 64-byte vectors; byte 4r + q of
+//    vector m holds the code of value 8m + q of row r in its low nibble and of value 8m + 4 + q in
+//    its high nibble, so that the two nibble halves of a vector are the 8-bit layout's vectors 2m,
+//    2m + 1. An NVFP4 block is two code groups, and each group two 16-value sub-blocks: vectors 0
+//    and 1 hold sub-block 2g, vectors 2 and 3 sub-block 2g + 1 (the kernels flush their integer
+//    sums between the two, as the reference's per-sub-block float steps need).
 // After the tile's code groups (all blocks of the row, in order) come its scales, block by block:
 //  - Q8_0, IQ4_NL: fp16 d[16], the scale of each row's block;
 //  - MXFP4: uint8 e[16] (E8M0);
+//  - NVFP4: uint8 d[4][16] (UE4M3), sub-block-major;
 //  - IQ4_XS: fp16 d[16], then int8 ls[8][16]: the group multipliers ls - 32, group-major.
 // Tiles are padded to 64 bytes, and the storage is 64-byte aligned.
 inline constexpr std::size_t packed_tile_rows = 16;
@@ -53,6 +57,12 @@ struct packed_traits<block_mxfp4> {
     static constexpr std::size_t code_bytes = 256;
     static constexpr std::size_t groups_per_block = 1;
     static constexpr std::size_t scale_bytes = 16;
+};
+template <>
+struct packed_traits<block_nvfp4> {
+    static constexpr std::size_t code_bytes = 256;
+    static constexpr std::size_t groups_per_block = 2;
+    static constexpr std::size_t scale_bytes = 64;
 };
 template <>
 struct packed_traits<block_iq4_nl> {
@@ -95,6 +105,13 @@ inline int packed_element(const Block& b, std::size_t j) noexcept
 inline int packed_element(const block_iq4_xs& b, std::size_t g, std::size_t j) noexcept
 {
     return nibble_code(b.qs.data() + 16 * g, j);
+}
+// Element j of group g (elements 32g .. 32g + 31) of an NVFP4 block, in its own nibble order.
+inline int packed_element(const block_nvfp4& b, std::size_t g, std::size_t j) noexcept
+{
+    const std::size_t e = 32 * g + j;
+    const std::uint8_t byte = b.qs[8 * (e / 16) + e % 8];
+    return e % 16 < 8 ? byte & 0x0f : byte >> 4;
 }
 
 // Where element j of row r of a group lives in the group's bytes: for 4-bit codes, the byte, whose
@@ -223,7 +240,17 @@ private:
             const Block* row = w.data() + (first + r) * blocks_;
             for (std::size_t b = 0; b < blocks_; ++b) {
                 std::uint8_t* block_scales = scales + b * traits::scale_bytes;
-                if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+                if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                    for (std::size_t g = 0; g < 2; ++g) {
+                        std::uint8_t* group = codes + (b * 2 + g) * traits::code_bytes;
+                        for (std::size_t j = 0; j < 32; ++j) {
+                            detail::put_code<Block>(group, r, j, detail::packed_element(row[b], g, j));
+                        }
+                    }
+                    for (std::size_t s = 0; s < 4; ++s) {
+                        block_scales[16 * s + r] = row[b].d[s];
+                    }
+                } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
                     for (std::size_t g = 0; g < 8; ++g) {
                         std::uint8_t* group = codes + (b * 8 + g) * traits::code_bytes;
                         for (std::size_t j = 0; j < 32; ++j) {
@@ -246,7 +273,7 @@ private:
             }
         }
         // Padding rows: Q8_0's zero is code 128; 4-bit padding keeps code 0 with a zero scale
-        // (MXFP4: code 0 is the value 0).
+        // (MXFP4, NVFP4: code 0 is the value 0).
         if constexpr (traits::code_bytes == 512) {
             for (std::size_t r = count; r < packed_tile_rows; ++r) {
                 for (std::size_t b = 0; b < blocks_; ++b) {

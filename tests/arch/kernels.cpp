@@ -83,7 +83,8 @@ void check_dot_against_generic()
         const auto a = qk::quantize<activation, qk::arch::generic>(
             std::span<const float>(normal(n * size, 2.0f, static_cast<std::uint32_t>(1000 + n))));
         const float reference = qk::dot<Block, qk::arch::generic>(w, a);
-        const double groups = static_cast<double>(n * size / 32);
+        // The block terms: one per 32 values, one per 16-value sub-block for NVFP4.
+        const double groups = static_cast<double>(n * size / (std::is_same_v<Block, qk::block_nvfp4> ? 16 : 32));
         const double tolerance = 2.0 * (groups + 4.0) * 0x1p-24 * magnitude<Block, activation>(w, a);
         for (std::size_t offset : {0u, 1u, 3u, 17u}) {
             const unaligned_copy<Block> wu(w, offset);
@@ -108,19 +109,17 @@ void check_exact_integer_sums()
     std::mt19937 rng(7);
     for (std::size_t n : lengths) {
         std::vector<Block> w(n);
-        std::vector<activation> a(n);
+        std::vector<activation> a(n * qk::activation_blocks_per_block<Block>);
         for (std::size_t b = 0; b < n; ++b) {
             // Random bytes for codes and scales' bit fields, then unit scales.
             auto* wb = reinterpret_cast<std::uint8_t*>(&w[b]);
-            auto* ab = reinterpret_cast<std::uint8_t*>(&a[b]);
             for (std::size_t i = 0; i < sizeof(Block); ++i) {
                 wb[i] = static_cast<std::uint8_t>(rng());
             }
-            for (std::size_t i = 0; i < sizeof(activation); ++i) {
-                ab[i] = static_cast<std::uint8_t>(rng());
-            }
             if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
                 w[b].e = 128; // e8m0_half(128) = 1
+            } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+                w[b].d.fill(0x40); // ue4m3_half(0x40) = 1
             } else {
                 w[b].d = qk::fp32_to_fp16(1.0f);
             }
@@ -133,6 +132,12 @@ void check_exact_integer_sums()
                     low = static_cast<std::uint8_t>(g % 2 == 0 ? (ls & 0xf) : (low | ((ls & 0xf) << 4)));
                     w[b].scales_h = static_cast<std::uint16_t>(w[b].scales_h | ((ls >> 4) << (2 * g)));
                 }
+            }
+        }
+        for (std::size_t b = 0; b < a.size(); ++b) {
+            auto* ab = reinterpret_cast<std::uint8_t*>(&a[b]);
+            for (std::size_t i = 0; i < sizeof(activation); ++i) {
+                ab[i] = static_cast<std::uint8_t>(rng());
             }
             // Activations in [-31, 31] (the extremes of int8 are covered by the quantizer tests),
             // so that even 129 blocks stay exact in float.
@@ -255,7 +260,8 @@ void make_extreme(Block& w)
     if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
         w.qs.fill(-128);
     } else {
-        w.qs.fill(std::is_same_v<Block, qk::block_mxfp4> ? 0xff : 0x00); // code 15 (MXFP4 -12) or 0 (IQ4 -127)
+        // code 15 (MXFP4 and NVFP4 -12) or 0 (IQ4 -127)
+        w.qs.fill(std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_nvfp4> ? 0xff : 0x00);
     }
 }
 
@@ -278,8 +284,10 @@ void check_tile_product_against_generic()
                     std::for_each(w.begin(), w.end(), make_extreme<Block>);
                 }
                 const qk::packed_matrix<Block> packed(w, rows, blocks * size);
+                // NVFP4's blocks pair with two activation blocks each.
+                const std::size_t a_blocks = blocks * qk::activation_blocks_per_block<Block>;
                 for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
-                    auto a = qk_inputs::random_blocks<activation>(n * blocks, static_cast<std::uint32_t>(n * 101 + rows));
+                    auto a = qk_inputs::random_blocks<activation>(n * a_blocks, static_cast<std::uint32_t>(n * 101 + rows));
                     for (auto& block : a) {
                         for (auto& q : block.qs) {
                             q = extreme ? std::int8_t{-127} : static_cast<std::int8_t>(std::max<int>(q, -127));
@@ -287,7 +295,7 @@ void check_tile_product_against_generic()
                     }
                     const std::size_t groups = blocks * size / 32;
                     std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, n));
-                    qk::pack_panel(a.data(), blocks, n, panel.data());
+                    qk::pack_panel(a.data(), a_blocks, n, panel.data());
                     const std::size_t stride = rows + 3;
                     std::vector<float> expected(n * stride, std::bit_cast<float>(sentinel));
                     std::vector<float> actual(n * stride, std::bit_cast<float>(sentinel));
@@ -404,6 +412,106 @@ TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent a
     }
 }
 
+TEST_CASE("NVFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every UE4M3 byte at every sub-block as the reference does")
+{
+    // Rows of four blocks (one group of the AVX-512 kernels), seven (a group and an odd tail) and
+    // one; sub-block s of block j has scale byte (first + 4j + s) % 256, so every byte meets every
+    // sub-block position: subnormals, 0 and 0x7F (which decode to 0), bit 7 set (0xFF is 240).
+    // Every scale is finite and at most 240, so every row is finite.
+    for (const std::size_t n : {std::size_t{4}, std::size_t{7}, std::size_t{1}}) {
+        for (unsigned first = 0; first < 256; ++first) {
+            auto w = qk_inputs::random_blocks<qk::block_nvfp4>(n, 2500 + first);
+            const auto a = qk_inputs::random_blocks<qk::block_q8_0>(2 * n, 2900 + first);
+            for (std::size_t j = 0; j < n; ++j) {
+                for (std::size_t s = 0; s < 4; ++s) {
+                    w[j].d[s] = static_cast<std::uint8_t>((first + 4 * j + s) % 256);
+                }
+            }
+            const float reference = qk::dot<qk::block_nvfp4, qk::arch::generic>(w, a);
+            const float simd = qk::dot<qk::block_nvfp4, tag>(w, a);
+            // The bound of `magnitude`, from the format's definition (half the UE4M3 value from
+            // its fields, not from the table the reference reads).
+            double bound = 0;
+            for (std::size_t j = 0; j < n; ++j) {
+                for (std::size_t s = 0; s < 4; ++s) {
+                    const unsigned byte = w[j].d[s];
+                    const unsigned exponent = (byte >> 3) & 15;
+                    const double scale = byte == 0x7f ? 0.0 : exponent == 0 ? std::ldexp(byte & 7, -10) : std::ldexp(8 + (byte & 7), static_cast<int>(exponent) - 11);
+                    const qk::block_q8_0& q = a[2 * j + s / 2];
+                    double sum = 0;
+                    for (std::size_t i = 0; i < 8; ++i) {
+                        const std::uint8_t code = w[j].qs[8 * s + i];
+                        sum += std::abs(qk::mxfp4_values[code & 0xf] * q.qs[16 * (s % 2) + i]) + std::abs(qk::mxfp4_values[code >> 4] * q.qs[16 * (s % 2) + i + 8]);
+                    }
+                    bound += sum * scale * qk::fp16_to_fp32(q.d);
+                }
+            }
+            const double tolerance = 2.0 * (4.0 * static_cast<double>(n) + 4.0) * 0x1p-24 * bound;
+            CAPTURE(n);
+            CAPTURE(first);
+            CAPTURE(reference);
+            CAPTURE(simd);
+            REQUIRE(std::isfinite(reference));
+            CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+        }
+    }
+}
+
+#if QK_HAS_X86_KERNELS
+// The AVX2 and AVX-512 NVFP4 kernels decode UE4M3 bytes in registers (as fp16 fields, 0x7F
+// masked), not from the table: every byte must give ue4m3_half_table's value there, once the 2^7
+// the activation scales carry is put back. Run on every x86 tag whose CPU has AVX2 / AVX-512 BW.
+static QK_TARGET_AVX2 void ue4m3_avx2(const std::uint8_t* bytes, float (&converted)[8])
+{
+    std::uint64_t packed;
+    std::memcpy(&packed, bytes, 8);
+    const __m256 x = qk::kernels::avx2_detail::ue4m3_half8_div128<qk::arch::avx2>(_mm_cvtsi64_si128(static_cast<long long>(packed)));
+    _mm256_storeu_ps(converted, _mm256_mul_ps(x, _mm256_set1_ps(128.0f)));
+}
+
+static QK_TARGET_AVX512BW void ue4m3_avx512(const std::uint8_t* bytes, float (&converted)[16])
+{
+    // Four blocks with these sub-block scales against Q8_0 scales of 1: the products are the scales.
+    qk::block_nvfp4 w[4]{};
+    qk::block_q8_0 a[8]{};
+    for (std::size_t i = 0; i < 16; ++i) {
+        w[i / 4].d[i % 4] = bytes[i];
+    }
+    for (auto& block : a) {
+        block.d = qk::fp32_to_fp16(1.0f);
+    }
+    _mm512_storeu_ps(converted, qk::kernels::avx512_detail::nvfp4_scales16<qk::arch::avx512bw>(w, a));
+}
+
+TEST_CASE("the AVX2 and AVX-512 NVFP4 kernels' UE4M3 conversion equals ue4m3_half_table on all 256 bytes")
+{
+    std::uint8_t bytes[256];
+    for (unsigned b = 0; b < 256; ++b) {
+        bytes[b] = static_cast<std::uint8_t>(b);
+    }
+    if (qk::runs<qk::arch::avx2>(qk::running_cpu())) {
+        for (unsigned first = 0; first < 256; first += 8) {
+            float converted[8];
+            ue4m3_avx2(bytes + first, converted);
+            for (unsigned i = 0; i < 8; ++i) {
+                CAPTURE(first + i);
+                CHECK(std::bit_cast<std::uint32_t>(converted[i]) == std::bit_cast<std::uint32_t>(qk::ue4m3_half_table[first + i]));
+            }
+        }
+    }
+    if (qk::runs<qk::arch::avx512bw>(qk::running_cpu())) {
+        for (unsigned first = 0; first < 256; first += 16) {
+            float converted[16];
+            ue4m3_avx512(bytes + first, converted);
+            for (unsigned i = 0; i < 16; ++i) {
+                CAPTURE(first + i);
+                CHECK(std::bit_cast<std::uint32_t>(converted[i]) == std::bit_cast<std::uint32_t>(qk::ue4m3_half_table[first + i]));
+            }
+        }
+    }
+}
+#endif
+
 TEST_CASE("the MXFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent at every row as the generic one does")
 {
     // Tiles of 16 rows and two blocks: block 0 of row r has exponent first + (r + shift) % 16, so
@@ -423,6 +531,42 @@ TEST_CASE("the MXFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M
                 const auto a = qk_inputs::random_blocks<qk::block_q8_0>(2 * n, 1300 + n);
                 std::vector<std::uint8_t> panel(qk::packed_panel_bytes(2, n));
                 qk::pack_panel(a.data(), 2, n, panel.data());
+                std::vector<float> expected(n * rows);
+                std::vector<float> actual(n * rows);
+                qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), n, expected.data(), rows, rows, qk::arch::generic{});
+                qk::kernels::tile_product<tag>(packed.tile(0), panel.data(), n, actual.data(), rows, rows, tag{});
+                for (std::size_t i = 0; i < expected.size(); ++i) {
+                    CAPTURE(first);
+                    CAPTURE(shift);
+                    CAPTURE(n);
+                    CAPTURE(i);
+                    CHECK(std::bit_cast<std::uint32_t>(actual[i]) == std::bit_cast<std::uint32_t>(expected[i]));
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("the NVFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every UE4M3 byte at every row and sub-block as the generic one does")
+{
+    // Tiles of 16 rows and two blocks: sub-block s of block 0 of row r has scale byte
+    // first + (r + shift + 4s) % 16, so over the shifts every byte (subnormals, 0 and 0x7F that
+    // decode to 0, bit 7 set) sits at every row and sub-block position; block 1 keeps random
+    // scales, a second block to add to. Bit for bit, every column count.
+    constexpr std::size_t rows = qk::packed_tile_rows;
+    for (unsigned first = 0; first < 256; first += 16) {
+        for (unsigned shift = 0; shift < 16; ++shift) {
+            auto w = qk_inputs::random_blocks<qk::block_nvfp4>(2 * rows, 1500 + first + shift);
+            for (std::size_t r = 0; r < rows; ++r) {
+                for (std::size_t s = 0; s < 4; ++s) {
+                    w[2 * r].d[s] = static_cast<std::uint8_t>(first + (r + shift + 4 * s) % 16);
+                }
+            }
+            const qk::packed_matrix<qk::block_nvfp4> packed(w, rows, 128);
+            for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
+                const auto a = qk_inputs::random_blocks<qk::block_q8_0>(4 * n, 1700 + n);
+                std::vector<std::uint8_t> panel(qk::packed_panel_bytes(4, n));
+                qk::pack_panel(a.data(), 4, n, panel.data());
                 std::vector<float> expected(n * rows);
                 std::vector<float> actual(n * rows);
                 qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), n, expected.data(), rows, rows, qk::arch::generic{});

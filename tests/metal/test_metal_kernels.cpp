@@ -113,6 +113,8 @@ void metal_gemv(const std::vector<Block>& w, std::uint32_t rows, std::uint32_t b
             g::kernel_gemv_mxfp4(bytes, x.data(), y.data(), args, table.data(), tg, sg, nsgs, lane, width);
         } else if constexpr (std::is_same_v<Block, qk::block_iq4_nl>) {
             g::kernel_gemv_iq4_nl(bytes, x.data(), y.data(), args, tg, sg, nsgs, lane, width);
+        } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+            g::kernel_gemv_nvfp4(bytes, x.data(), y.data(), args, tg, sg, nsgs, lane, width);
         } else {
             static_assert(std::is_same_v<Block, qk::block_iq4_xs>);
             g::kernel_gemv_iq4_xs(bytes, x.data(), y.data(), args, tg, sg, nsgs, lane, width);
@@ -304,6 +306,33 @@ TEST_CASE("metal gemv: IQ4_NL against the double dot of the dequantized rows, on
 TEST_CASE("metal gemv: IQ4_XS against the double dot of the dequantized rows, one column and several")
 {
     check_gemv_shapes<qk::block_iq4_xs>();
+}
+
+TEST_CASE("metal gemv: NVFP4 against the double dot of the dequantized rows, one column and several")
+{
+    check_gemv_shapes<qk::block_nvfp4>();
+}
+
+TEST_CASE("metal gemv: NVFP4's UE4M3 decoding is qk::ue4m3_half_table for every byte, at every sub-block")
+{
+    for (unsigned b = 0; b < 256; ++b) {
+        CAPTURE(b);
+        CHECK(std::bit_cast<std::uint32_t>(msl_gemv::gemv_ue4m3_half(b)) == std::bit_cast<std::uint32_t>(qk::ue4m3_half_table[b]));
+    }
+    using probe_type = qk_test::gpu::nvfp4_scale_probe;
+    const probe_type probe = qk_test::gpu::make_nvfp4_scale_probe(7);
+    std::vector<float> y(probe_type::rows, std::nanf(""));
+    metal_gemv(probe.w, probe_type::rows, 1, probe.x, y, 4);
+    std::size_t bad = 0, nonzero = 0;
+    for (std::size_t r = 0; r < probe_type::rows; ++r) {
+        nonzero += probe.expected[r] != 0.0f ? 1 : 0;
+        if (y[r] != probe.expected[r] && ++bad <= 3) {
+            INFO("scale byte ", r / 4, " at sub-block ", r % 4, ": kernel ", y[r], ", expected ", probe.expected[r]);
+            CHECK(y[r] == probe.expected[r]);
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(nonzero > probe_type::rows / 2); // the probe is not all zeros
 }
 
 // ---- the emulator itself ------------------------------------------------------------------

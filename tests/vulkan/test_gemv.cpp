@@ -181,6 +181,32 @@ TEST_CASE("vulkan gemv: IQ4_XS against the float reference and the CPU")
     check_shapes<qk::block_iq4_xs>();
 }
 
+TEST_CASE("vulkan gemv: NVFP4 against the float reference and the CPU")
+{
+    check_shapes<qk::block_nvfp4>();
+}
+
+TEST_CASE("vulkan gemv: NVFP4 decodes every UE4M3 scale byte at every sub-block as qk::ue4m3_half_table")
+{
+    const vk::device& dev = qk_test::vulkan_device();
+    using probe_type = qk_test::gpu::nvfp4_scale_probe;
+    const probe_type probe = qk_test::gpu::make_nvfp4_scale_probe(7);
+    const auto m = vk::upload_matrix<qk::block_nvfp4>(dev, probe.w, probe_type::rows, probe_type::cols);
+    vk::gemv_workspace ws(dev);
+    std::vector<float> y(probe_type::rows, std::nanf(""));
+    vk::gemv(dev, ws, m, probe.x, y);
+    std::size_t bad = 0, nonzero = 0;
+    for (std::size_t r = 0; r < probe_type::rows; ++r) {
+        nonzero += probe.expected[r] != 0.0f ? 1 : 0;
+        if (y[r] != probe.expected[r] && ++bad <= 3) {
+            INFO("scale byte " << r / 4 << " at sub-block " << r % 4 << ": gpu " << y[r] << ", expected " << probe.expected[r]);
+            CHECK(y[r] == probe.expected[r]);
+        }
+    }
+    CHECK(bad == 0);
+    CHECK(nonzero > probe_type::rows / 2); // the probe is not all zeros
+}
+
 TEST_CASE("vulkan gemm: Q8_0 columns within the float bound, each equal to gemv's")
 {
     check_gemm_shapes<qk::block_q8_0>();
@@ -199,6 +225,11 @@ TEST_CASE("vulkan gemm: IQ4_NL columns within the float bound, each equal to gem
 TEST_CASE("vulkan gemm: IQ4_XS columns within the float bound, each equal to gemv's")
 {
     check_gemm_shapes<qk::block_iq4_xs>();
+}
+
+TEST_CASE("vulkan gemm: NVFP4 columns within the float bound, each equal to gemv's")
+{
+    check_gemm_shapes<qk::block_nvfp4>();
 }
 
 TEST_CASE("vulkan gemv: more rows than one row of workgroups holds")

@@ -27,7 +27,7 @@ namespace qk {
 template <weight_format Block>
 [[nodiscard]] constexpr std::size_t gemm_scratch_blocks(std::size_t cols, std::size_t columns = 1) noexcept
 {
-    return cols / format_traits<Block>::block_size * columns;
+    return cols / format_traits<typename format_traits<Block>::vec_dot_type>::block_size * columns;
 }
 
 namespace detail {
@@ -51,7 +51,6 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 {
     using activation = typename format_traits<Block>::vec_dot_type;
     constexpr std::size_t block_size = format_traits<Block>::block_size;
-    static_assert(format_traits<activation>::block_size == block_size, "a weight block pairs with one activation block");
     constexpr std::string_view name = format_traits<Block>::name;
     const bool is_gemv = entry == gemm_entry::gemv;
     const char* function = is_gemv ? "qk::gemv" : "qk::gemm";
@@ -88,10 +87,11 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
              needed(columns, rows));
     }
     // columns * cols fits (x has that size), so this smaller product does too.
-    const std::size_t scratch_needed = columns * blocks_per_row;
+    const std::size_t scratch_needed = columns * blocks_per_row * activation_blocks_per_block<Block>;
     if (scratch_blocks < scratch_needed) {
         fail(function, '<', name, ">: scratch has ", scratch_blocks, ' ', format_traits<activation>::name, " blocks but x needs ",
-             scratch_needed, is_gemv ? " (cols " : " (columns x cols ", is_gemv ? cols : columns * cols, " / ", block_size, ')');
+             scratch_needed, is_gemv ? " (cols " : " (columns x cols ", is_gemv ? cols : columns * cols, " / ",
+             format_traits<activation>::block_size, ')');
     }
     return {rows, columns, blocks_per_row};
 }
@@ -117,9 +117,9 @@ void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float
 {
     using activation = typename format_traits<Block>::vec_dot_type;
     const std::size_t cols = shape.blocks_per_row * format_traits<Block>::block_size;
+    const std::size_t activation_blocks = shape.blocks_per_row * activation_blocks_per_block<Block>;
     for (std::size_t c = 0; c < shape.columns; ++c) {
-        quantize<activation, Arch>(x.subspan(c * cols, cols),
-                                   std::span<activation>(scratch + c * shape.blocks_per_row, shape.blocks_per_row));
+        quantize<activation, Arch>(x.subspan(c * cols, cols), std::span<activation>(scratch + c * activation_blocks, activation_blocks));
     }
     if (shape.rows == 0) {
         return;
@@ -142,7 +142,7 @@ void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float
                 prefetch_range(first + std::min(stream_prefetch_bytes, ahead), first + std::min(stream_prefetch_bytes + row_bytes, ahead));
             }
             for (std::size_t c = 0; c < shape.columns; ++c) {
-                y[c * shape.rows + r] = kernels::dot<Arch>(row, scratch + c * shape.blocks_per_row, shape.blocks_per_row, Arch{});
+                y[c * shape.rows + r] = kernels::dot<Arch>(row, scratch + c * activation_blocks, shape.blocks_per_row, Arch{});
             }
         }
     });
@@ -172,7 +172,7 @@ void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::siz
 {
     const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemm, w.size(), rows, cols, columns, x.size(), y.size(),
                                                  std::numeric_limits<std::size_t>::max());
-    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.columns * shape.blocks_per_row);
+    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.columns * shape.blocks_per_row * activation_blocks_per_block<Block>);
     detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
 }
 
@@ -193,7 +193,7 @@ void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::spa
 {
     const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, x.size(), y.size(),
                                                  std::numeric_limits<std::size_t>::max());
-    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.blocks_per_row);
+    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.blocks_per_row * activation_blocks_per_block<Block>);
     detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
 }
 

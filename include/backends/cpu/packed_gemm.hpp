@@ -34,7 +34,8 @@ void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std
 {
     using activation = typename format_traits<Block>::vec_dot_type;
     const std::size_t cols = w.cols();
-    const std::size_t blocks = cols / format_traits<Block>::block_size;
+    // Activation blocks (NVFP4's 64-value blocks pair with two Q8_0 blocks each).
+    const std::size_t blocks = cols / format_traits<Block>::block_size * activation_blocks_per_block<Block>;
     const std::size_t groups = cols / 32;
     const std::size_t activation_bytes = columns * blocks * sizeof(activation);
     const std::size_t panel_bytes = packed_panel_bytes(groups, columns);

@@ -31,13 +31,13 @@ struct position_in<Block, format_list<Blocks...>> {
 };
 
 // static_assert messages are literals: this one names the formats, so it changes with the list.
-static_assert(weight_formats::size == 4, "a new weight format: name it in weight_format_position's message below");
+static_assert(weight_formats::size == 5, "a new weight format: name it in weight_format_position's message below");
 
 template <class Block>
 [[nodiscard]] consteval std::size_t weight_format_position()
 {
     constexpr std::size_t i = position_in<Block, weight_formats>::value;
-    static_assert(i < weight_formats::size, "the GPU mat-vec takes the formats of qk::weight_formats: Q8_0, MXFP4, IQ4_NL or IQ4_XS");
+    static_assert(i < weight_formats::size, "the GPU mat-vec takes the formats of qk::weight_formats: Q8_0, MXFP4, IQ4_NL, IQ4_XS or NVFP4");
     return i;
 }
 

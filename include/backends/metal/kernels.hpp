@@ -61,8 +61,10 @@ inline constexpr kernel_info gemv_q8_0{"kernel_gemv_q8_0", "gemv", source::gemv,
 inline constexpr kernel_info gemv_mxfp4{"kernel_gemv_mxfp4", "gemv", source::gemv, {}};
 inline constexpr kernel_info gemv_iq4_nl{"kernel_gemv_iq4_nl", "gemv", source::gemv, {}};
 inline constexpr kernel_info gemv_iq4_xs{"kernel_gemv_iq4_xs", "gemv", source::gemv, {}};
+inline constexpr kernel_info gemv_nvfp4{"kernel_gemv_nvfp4", "gemv", source::gemv, {}};
 // The same in qk::weight_formats order, for gpu::format_index<Block>.
-inline constexpr std::array<const kernel_info*, weight_formats::size> gemv{&gemv_q8_0, &gemv_mxfp4, &gemv_iq4_nl, &gemv_iq4_xs};
+inline constexpr std::array<const kernel_info*, weight_formats::size> gemv{&gemv_q8_0, &gemv_mxfp4, &gemv_iq4_nl, &gemv_iq4_xs,
+                                                                           &gemv_nvfp4};
 static_assert(gpu::lists_weight_formats(gemv, "kernel_gemv_", [](const kernel_info* k) { return k->name; }),
               "kernels::gemv has one kernel per format of qk::weight_formats, in that order");
 
@@ -78,9 +80,9 @@ inline constexpr kernel_info sampling_scale{"kernel_sampling_scale", "sampling",
 inline constexpr kernel_info sampling_top_k{"kernel_sampling_top_k", "sampling", source::sampling, sampling_constants};
 
 // Every kernel the host code dispatches (what the Linux test checks against the sources).
-inline constexpr std::array<const kernel_info*, 10> all{&solve_tri,          &gemv_q8_0,       &gemv_mxfp4,      &gemv_iq4_nl,
-                                                        &gemv_iq4_xs,        &sampling_transform, &sampling_argmax, &sampling_chunks,
-                                                        &sampling_scale,     &sampling_top_k};
+inline constexpr std::array<const kernel_info*, 11> all{&solve_tri,          &gemv_q8_0,       &gemv_mxfp4,      &gemv_iq4_nl,
+                                                        &gemv_iq4_xs,        &gemv_nvfp4,      &sampling_transform,
+                                                        &sampling_argmax,    &sampling_chunks, &sampling_scale,  &sampling_top_k};
 
 } // namespace kernels
 

@@ -1,7 +1,8 @@
-// Mat-vec and mat-mult on a Vulkan device: y = W·x and Y = W·X for W in Q8_0, MXFP4, IQ4_NL or
-// IQ4_XS (the GGUF bytes, uploaded once as a qk::backend::vulkan::matrix) and float x. Unlike the
-// CPU's, x is not quantized: each result is the float dot of the dequantized row with a column, in
-// the GPU's order. One kernel does both (a mat-vec is one column), so gemm's columns are gemv's.
+// Mat-vec and mat-mult on a Vulkan device: y = W·x and Y = W·X for W in Q8_0, MXFP4, IQ4_NL,
+// IQ4_XS or NVFP4 (the GGUF bytes, uploaded once as a qk::backend::vulkan::matrix) and float x.
+// Unlike the CPU's, x is not quantized: each result is the float dot of the dequantized row with a
+// column, in the GPU's order. One kernel does both (a mat-vec is one column), so gemm's columns
+// are gemv's.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "shaders/generated/gemv_iq4_nl.hpp"
 #include "shaders/generated/gemv_iq4_xs.hpp"
 #include "shaders/generated/gemv_mxfp4.hpp"
+#include "shaders/generated/gemv_nvfp4.hpp"
 #include "shaders/generated/gemv_q8_0.hpp"
 
 namespace qk::backend::vulkan {
@@ -32,6 +34,7 @@ inline constexpr std::array<kernel, weight_formats::size> gemv_kernels{{
     {"gemv_mxfp4", spirv::gemv_mxfp4, 4, 12},
     {"gemv_iq4_nl", spirv::gemv_iq4_nl, 4, 12},
     {"gemv_iq4_xs", spirv::gemv_iq4_xs, 4, 12},
+    {"gemv_nvfp4", spirv::gemv_nvfp4, 4, 12},
 }};
 static_assert(gpu::lists_weight_formats(gemv_kernels, "gemv_", [](const kernel& k) { return k.name; }),
               "gemv_kernels has one kernel per format of qk::weight_formats, in that order");

@@ -1,5 +1,5 @@
-// The dot products on the AVX2 tag (with FMA and F16C, which every AVX2 CPU has): Q8_0, MXFP4 and
-// IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp; these overloads also serve the
+// The dot products on the AVX2 tag (with FMA and F16C, which every AVX2 CPU has): Q8_0, MXFP4,
+// NVFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp; these overloads also serve the
 // AVX-512 tags (children of avx2) until those have faster ones, and are checked against dot/generic.hpp.
 #pragma once
 
@@ -162,6 +162,31 @@ QK_AVX2_INLINE __m256i group_sum(const std::uint8_t* codes, const std::int8_t* q
     return _mm256_madd_epi16(products, _mm256_shuffle_epi8(m, load32<Arch>(group_broadcast[g].data())));
 }
 
+// For NVFP4: the UE4M3 scale bytes bytes[0..7] (the low 64 bits) as floats, divided by 128. Each
+// byte's low seven bits, shifted left by 7, are an fp16 with the same exponent and mantissa fields
+// (subnormals included), whose value is ue4m3_half / 2^7; F16C converts them exactly, and the 2^7
+// is put back on the activation scales (an exact power-of-two product). 0x7F, E4M3's NaN, reads as
+// 0 (as the reference); its twin 0xFF, with bit 7 set, is 240.
+template <class Arch>
+QK_AVX2_INLINE __m256 ue4m3_half8_div128(__m128i bytes) noexcept
+{
+    const __m128i h = _mm_cvtepu8_epi16(bytes);
+    const __m128i nan = _mm_cmpeq_epi16(h, _mm_set1_epi16(0x7f));
+    return _mm256_cvtph_ps(_mm_andnot_si128(nan, _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), 7)));
+}
+
+// The E2M1 codes of NVFP4 sub-blocks 2h and 2h + 1 (qs[16h .. 16h + 15]; byte 8s + j holds
+// element 16s + j low and 16s + j + 8 high) decoded through `values`, in element order: vpermq puts
+// each sub-block's 8 bytes in both halves of its 128-bit lane, the upper half shifted by 4.
+template <class Arch>
+QK_AVX2_INLINE __m256i decode_nvfp4_half(const std::uint8_t* qs, __m256i values, std::size_t h) noexcept
+{
+    const __m256i row = load32<Arch>(qs);
+    const __m256i bytes = h == 0 ? _mm256_permute4x64_epi64(row, 0x50) : _mm256_permute4x64_epi64(row, 0xfa);
+    const __m256i shifted = _mm256_srlv_epi64(bytes, _mm256_set_epi64x(4, 0, 4, 0));
+    return _mm256_shuffle_epi8(values, _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f)));
+}
+
 // The kernels' result when finite, else the reference's. Infinite or NaN scales, or overflow, give
 // a non-finite result, and whether inf or NaN can differ from the reference (inf * 0 is NaN, and
 // these kernels scale parts of a block's sum and add in another order). Such rows are recomputed
@@ -227,6 +252,49 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t 
     for (std::size_t b = full; b < blocks; ++b) {
         const int sumi = k::reduce_i32<Arch>(k::dot_i8<Arch>(k::decode_nibbles<Arch>(w[b].qs.data(), values), k::load32<Arch>(a[b].qs.data())));
         sum += e8m0[w[b].e] * k::half<Arch>(a[b].d) * static_cast<float>(sumi);
+    }
+    return k::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+// Two NVFP4 blocks (four Q8_0 blocks) per iteration. Each register of products covers one Q8_0
+// block, two sub-blocks in its two 128-bit lanes; three vphaddd fold the four registers into one
+// lane per sub-block, [b0s0 b0s2 b1s0 b1s2 | b0s1 b0s3 b1s1 b1s3] (each 16-value sum fits int16
+// already, so every step is exact), and the scale bytes are shuffled into that order.
+template <class Arch>
+QK_TARGET_AVX2 float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
+{
+    namespace k = avx2_detail;
+    const __m256i values = k::table<Arch>(mxfp4_values);
+    const __m128i scale_order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256 acc = _mm256_setzero_ps();
+    const std::size_t full = blocks - blocks % 2;
+    for (std::size_t b = 0; b < full; b += 2) {
+        const __m256i s0 = k::dot_i8<Arch>(k::decode_nvfp4_half<Arch>(w[b].qs.data(), values, 0), k::load32<Arch>(a[2 * b].qs.data()));
+        const __m256i s1 = k::dot_i8<Arch>(k::decode_nvfp4_half<Arch>(w[b].qs.data(), values, 1), k::load32<Arch>(a[2 * b + 1].qs.data()));
+        const __m256i s2 = k::dot_i8<Arch>(k::decode_nvfp4_half<Arch>(w[b + 1].qs.data(), values, 0), k::load32<Arch>(a[2 * b + 2].qs.data()));
+        const __m256i s3 = k::dot_i8<Arch>(k::decode_nvfp4_half<Arch>(w[b + 1].qs.data(), values, 1), k::load32<Arch>(a[2 * b + 3].qs.data()));
+        const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+        std::uint32_t d0, d1;
+        std::memcpy(&d0, w[b].d.data(), 4);
+        std::memcpy(&d1, w[b + 1].d.data(), 4);
+        const __m128i bytes = _mm_shuffle_epi8(_mm_cvtsi64_si128(static_cast<long long>(d0 | (std::uint64_t{d1} << 32))), scale_order);
+        const __m128 da = _mm_mul_ps(k::scales4<Arch>(a + 2 * b), _mm_set1_ps(128.0f));
+        const __m256 d = _mm256_mul_ps(k::ue4m3_half8_div128<Arch>(bytes), _mm256_set_m128(da, da));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc);
+    }
+    float sum = k::reduce_ps<Arch>(acc);
+    if (full < blocks) {
+        // The last block: its four sub-block sums in lanes [s0 s2 . . | s1 s3 . .].
+        const std::size_t b = full;
+        const __m256i s0 = k::dot_i8<Arch>(k::decode_nvfp4_half<Arch>(w[b].qs.data(), values, 0), k::load32<Arch>(a[2 * b].qs.data()));
+        const __m256i s1 = k::dot_i8<Arch>(k::decode_nvfp4_half<Arch>(w[b].qs.data(), values, 1), k::load32<Arch>(a[2 * b + 1].qs.data()));
+        const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_setzero_si256());
+        std::uint32_t d0;
+        std::memcpy(&d0, w[b].d.data(), 4);
+        const __m128i bytes = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(d0)), scale_order);
+        const __m128 da = _mm_mul_ps(_mm_setr_ps(k::half<Arch>(a[2 * b].d), k::half<Arch>(a[2 * b + 1].d), 0.0f, 0.0f), _mm_set1_ps(128.0f));
+        const __m256 d = _mm256_mul_ps(k::ue4m3_half8_div128<Arch>(bytes), _mm256_set_m128(da, da));
+        sum += k::reduce_ps<Arch>(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
     }
     return k::finite_or_reference<Arch>(sum, w, a, blocks);
 }

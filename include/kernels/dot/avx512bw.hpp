@@ -1,5 +1,5 @@
-// The dot products on the AVX-512 BW tag (AVX-512 F/BW/DQ/VL, with AVX2, FMA and F16C): Q8_0, MXFP4
-// and IQ4_NL against Q8_0, IQ4_XS against Q8_K, on 512-bit registers. Included by dot.hpp, and
+// The dot products on the AVX-512 BW tag (AVX-512 F/BW/DQ/VL, with AVX2, FMA and F16C): Q8_0, MXFP4,
+// NVFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K, on 512-bit registers. Included by dot.hpp, and
 // checked against dot/generic.hpp. The helpers here also serve the VNNI kernels (avx512vnni.hpp),
 // which differ only in how int8 products are summed. xsimd's AVX-512 tags derive from generic,
 // not from avx2: this file ends with the explicit fallback that sends any other pair to the AVX2
@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "../arch.hpp"
 #include "../e8m0.hpp"
@@ -339,6 +340,50 @@ QK_AVX512BW_INLINE void accumulate8(__m512& acc0, __m512& acc1, const __m512i (&
     acc1 = _mm512_fmadd_ps(d4567, _mm512_cvtepi32_ps(s4567), acc1);
 }
 
+// NVFP4 block x's 64 codes in element order (128-bit lane s holds sub-block s: its 8 bytes in
+// both halves, the upper shifted by 4, as vpermq lays them out), as operands with the two Q8_0
+// blocks a[0], a[1].
+template <class Arch>
+QK_AVX512BW_INLINE operands nvfp4_operands(const block_nvfp4& x, const block_q8_0* a, __m512i magnitudes) noexcept
+{
+    const __m512i row = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs.data())));
+    const __m512i bytes = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3), row);
+    const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(bytes, _mm512_setr_epi64(0, 4, 0, 4, 0, 4, 0, 4)), _mm512_set1_epi8(0x0f));
+    return code_operands<Arch, true>(codes, magnitudes, load2x32<Arch>(a[0].qs.data(), a[1].qs.data()));
+}
+
+// The sub-block scales of four NVFP4 blocks times those of their eight Q8_0 blocks a[0..7]: lane
+// 4i + s for block i, sub-block s. The UE4M3 bytes are converted as in
+// avx2_detail::ue4m3_half8_div128 (fp16 fields, 0x7F masked to 0), sixteen at a time.
+template <class Arch>
+QK_AVX512BW_INLINE __m512 nvfp4_scales16(const block_nvfp4* x, const block_q8_0* a) noexcept
+{
+    std::uint32_t d[4];
+    for (std::size_t i = 0; i < 4; ++i) {
+        std::memcpy(&d[i], x[i].d.data(), sizeof d[i]);
+    }
+    const __m128i bytes = _mm_set_epi64x(static_cast<long long>(d[2] | (std::uint64_t{d[3]} << 32)),
+                                         static_cast<long long>(d[0] | (std::uint64_t{d[1]} << 32)));
+    const __m256i h = _mm256_cvtepu8_epi16(bytes);
+    const __mmask16 finite = _mm256_cmpneq_epi16_mask(h, _mm256_set1_epi16(0x7f));
+    const __m512 ue = _mm512_cvtph_ps(_mm256_maskz_slli_epi16(finite, _mm256_and_si256(h, _mm256_set1_epi16(0x7f)), 7));
+    const __m512 da = _mm512_castps256_ps512(_mm256_mul_ps(scales8<Arch>(a), _mm256_set1_ps(128.0f)));
+    return _mm512_mul_ps(ue, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), da));
+}
+
+// acc0/acc1 += four NVFP4 blocks' int32 partial sums s[0..3] (one block each, sub-block k in
+// 128-bit lane k) times the scales d (nvfp4_scales16). Folding s[0] with s[1] leaves in lane k
+// [b0 b1 b0 b1] sums of 8 products of sub-block k, and vpermps lays the scales out to match.
+template <class Arch>
+QK_AVX512BW_INLINE void accumulate_nvfp4(__m512& acc0, __m512& acc1, const __m512i (&s)[4], __m512 d) noexcept
+{
+    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    const __m512i index = _mm512_setr_epi32(0, 4, 0, 4, 1, 5, 1, 5, 2, 6, 2, 6, 3, 7, 3, 7);
+    acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(index, d), _mm512_cvtepi32_ps(s01), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_add_epi32(index, _mm512_set1_epi32(8)), d), _mm512_cvtepi32_ps(s23), acc1);
+}
+
 // For IQ4_XS, per pair k of groups: the vpermw indices that spread the multipliers ls - 32 of
 // groups 2k and 2k + 1 (avx2_detail::group_multipliers: eight int16 in each 128-bit lane) over the
 // 16-bit lanes of their halves of a register.
@@ -434,6 +479,28 @@ QK_TARGET_AVX512BW float dot(const block_mxfp4* w, const block_q8_0* a, std::siz
     }
     // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
     const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+// Four NVFP4 blocks (eight Q8_0 blocks) per iteration, one register each.
+template <class Arch>
+QK_TARGET_AVX512BW float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx512bw>) noexcept
+{
+    namespace k = avx512_detail;
+    const __m512i magnitudes = k::table<Arch>(k::mxfp4_magnitudes);
+    __m512 acc0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps();
+    const std::size_t full = blocks - blocks % 4;
+    for (std::size_t b = 0; b < full; b += 4) {
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (std::size_t i = 0; i < 4; ++i) {
+            s[i] = k::dot_i8<Arch>(k::nvfp4_operands<Arch>(w[b + i], a + 2 * (b + i), magnitudes));
+        }
+        k::accumulate_nvfp4<Arch>(acc0, acc1, s, k::nvfp4_scales16<Arch>(w + b, a + 2 * b));
+    }
+    // The last 0-3 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
+    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + 2 * full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 

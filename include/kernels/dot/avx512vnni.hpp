@@ -1,5 +1,5 @@
-// The dot products on the AVX-512 VNNI tag (qk::arch::avx512vnni, a child of avx512bw): Q8_0, MXFP4
-// and IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp after avx512bw.hpp, whose
+// The dot products on the AVX-512 VNNI tag (qk::arch::avx512vnni, a child of avx512bw): Q8_0, MXFP4,
+// NVFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp after avx512bw.hpp, whose
 // loads, decoding, sign handling and scaling they share (see the technique there); checked against
 // dot/generic.hpp. What VNNI changes: vpdpbusd sums four u8 x s8 products into int32 lanes in one
 // instruction, replacing vpmaddubsw + vpmaddwd with ones; for IQ4_XS, vpdpwssd multiplies the int16
@@ -118,6 +118,27 @@ QK_TARGET_AVX512VNNI float dot(const block_mxfp4* w, const block_q8_0* a, std::s
     }
     // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
     const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+template <class Arch>
+QK_TARGET_AVX512VNNI float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx512vnni>) noexcept
+{
+    namespace k = avx512_detail;
+    const __m512i magnitudes = k::table<Arch>(k::mxfp4_magnitudes);
+    __m512 acc0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps();
+    const std::size_t full = blocks - blocks % 4;
+    for (std::size_t b = 0; b < full; b += 4) {
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (std::size_t i = 0; i < 4; ++i) {
+            s[i] = avx512vnni_detail::dot_i8<Arch>(k::nvfp4_operands<Arch>(w[b + i], a + 2 * (b + i), magnitudes));
+        }
+        k::accumulate_nvfp4<Arch>(acc0, acc1, s, k::nvfp4_scales16<Arch>(w + b, a + 2 * b));
+    }
+    // The last 0-3 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
+    const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + 2 * full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 

@@ -78,6 +78,31 @@ QK_STRICT_FP float dot(const block_iq4_nl* w, const block_q8_0* a, std::size_t b
     return sum;
 }
 
+// Per 16-value sub-block, in order, as GGUF consumers' portable loop: the activation scale times
+// the sub-block's, then times the exact integer sum.
+template <class Arch>
+QK_STRICT_FP float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::generic>) noexcept
+{
+    QK_STRICT_FP_BODY
+    float sum = 0.0f;
+    for (std::size_t b = 0; b < blocks; ++b) {
+        for (std::size_t s = 0; s < 4; ++s) {
+            const block_q8_0& activation = a[2 * b + s / 2];
+            const std::int8_t* q8 = activation.qs.data() + 16 * (s % 2);
+            const std::uint8_t* codes = w[b].qs.data() + 8 * s;
+            int sumi = 0;
+            for (std::size_t j = 0; j < 8; ++j) {
+                sumi += mxfp4_values[codes[j] & 0x0f] * q8[j];
+                sumi += mxfp4_values[codes[j] >> 4] * q8[j + 8];
+            }
+            const float d = detail::rounded(fp16_to_fp32(activation.d) * ue4m3_half_table[w[b].d[s]]);
+            const float term = detail::rounded(d * static_cast<float>(sumi));
+            sum = sum + term;
+        }
+    }
+    return sum;
+}
+
 template <class Arch>
 QK_STRICT_FP float dot(const block_iq4_xs* w, const block_q8_K* a, std::size_t blocks, arch::requires_arch<arch::generic>) noexcept
 {

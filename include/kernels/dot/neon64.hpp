@@ -1,4 +1,4 @@
-// The dot products on AArch64: Q8_0, MXFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K, on the
+// The dot products on AArch64: Q8_0, MXFP4, NVFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K, on the
 // neon64 tag (Armv8.0 Advanced SIMD) and on neon64_dotprod (Armv8.2 sdot). Included by dot.hpp;
 // checked against dot/generic.hpp by tests/arch/kernels.cpp (run under qemu-aarch64 in CI).
 #pragma once
@@ -15,7 +15,7 @@
 #if QK_HAS_ARM_KERNELS
 #include <arm_neon.h>
 
-// Technique, shared by the eight kernels: a block's 32 int8 products go into four int32 lanes
+// Technique, shared by the ten kernels: a block's 32 int8 products go into four int32 lanes
 // exactly. Without dotprod, vmull_s8 forms int16 products (|w * a| <= 128 * 128 = 2^14, exact)
 // and vpadalq_s16 adds adjacent pairs into the int32 lanes (two products may reach 2^15, so they
 // are never summed in 16 bits); with dotprod, sdot (vdotq_s32) adds four products per lane in one
@@ -28,6 +28,8 @@
 // qk::e8m0_half_table, one load per block: whether that or building the float's bits in registers
 // is faster could not be measured on real hardware here, and the table is the simpler code and the
 // very values the reference uses.
+// NVFP4 sums each 16-value sub-block into its own four lanes, pairwise-added (addp) into one
+// lane per sub-block, and takes its UE4M3 scales from qk::ue4m3_half_table likewise.
 //
 // The helpers exist twice, once per tag, each with its tag's target attribute: g++ inlines a
 // function only into callers whose target includes all of its own, and the dotprod attribute may
@@ -91,6 +93,38 @@ QK_NEON64_INLINE int group_scale(const block_iq4_xs& w, int g) noexcept
     const int low = (static_cast<std::uint8_t>(bytes<Arch>(w.scales_l)[g / 2]) >> (4 * (g % 2))) & 0xf;
     const int high = (w.scales_h >> (2 * g)) & 3;
     return (low | (high << 4)) - 32;
+}
+
+// The four 16-value sub-block sums of an NVFP4 block (codes: its 32 code bytes) against the
+// Q8_0 values a0[0..31], a1[0..31], as lanes 0..3. Sub-block s's codes are its 8 bytes' low
+// nibbles, then their high nibbles (zip1/zip2 join the halves).
+template <class Arch>
+QK_NEON64_INLINE int32x4_t nvfp4_sums(const std::int8_t* codes, const std::int8_t* a0, const std::int8_t* a1, int8x16_t values) noexcept
+{
+    int32x4_t s[4];
+    for (int h = 0; h < 2; ++h) {
+        const uint8x16_t packed = vreinterpretq_u8_s8(vld1q_s8(codes + 16 * h));
+        const uint64x2_t lo = vreinterpretq_u64_u8(vandq_u8(packed, vdupq_n_u8(0x0f)));
+        const uint64x2_t hi = vreinterpretq_u64_u8(vshrq_n_u8(packed, 4));
+        const std::int8_t* a = h == 0 ? a0 : a1;
+        s[2 * h] = dot16<Arch>(vdupq_n_s32(0), vqtbl1q_s8(values, vreinterpretq_u8_u64(vzip1q_u64(lo, hi))), vld1q_s8(a));
+        s[2 * h + 1] = dot16<Arch>(vdupq_n_s32(0), vqtbl1q_s8(values, vreinterpretq_u8_u64(vzip2q_u64(lo, hi))), vld1q_s8(a + 16));
+    }
+    return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+}
+
+// The scales of an NVFP4 block's four sub-blocks: its UE4M3 bytes (from ue4m3_half_table, as the
+// reference) times the fp16 scales of its Q8_0 blocks, [d0 a0, d1 a0, d2 a1, d3 a1].
+template <class Arch>
+QK_NEON64_INLINE float32x4_t nvfp4_scales(const block_nvfp4& w, const block_q8_0* a) noexcept
+{
+    const float* ue4m3 = reinterpret_cast<const float*>(&ue4m3_half_table);
+    const std::uint8_t* d = reinterpret_cast<const std::uint8_t*>(&w.d);
+    const float32x4_t dw = {ue4m3[d[0]], ue4m3[d[1]], ue4m3[d[2]], ue4m3[d[3]]};
+    const std::uint64_t a0 = a[0].d;
+    const std::uint64_t a1 = a[1].d;
+    const float32x4_t da = vcvt_f32_f16(vreinterpret_f16_u16(vcreate_u16(a0 | (a0 << 16) | (a1 << 32) | (a1 << 48))));
+    return vmulq_f32(dw, da);
 }
 
 #undef QK_NEON64_INLINE
@@ -157,6 +191,38 @@ QK_NEON64_DOTPROD_INLINE int group_scale(const block_iq4_xs& w, int g) noexcept
     return (low | (high << 4)) - 32;
 }
 
+// The four 16-value sub-block sums of an NVFP4 block (codes: its 32 code bytes) against the
+// Q8_0 values a0[0..31], a1[0..31], as lanes 0..3. Sub-block s's codes are its 8 bytes' low
+// nibbles, then their high nibbles (zip1/zip2 join the halves).
+template <class Arch>
+QK_NEON64_DOTPROD_INLINE int32x4_t nvfp4_sums(const std::int8_t* codes, const std::int8_t* a0, const std::int8_t* a1, int8x16_t values) noexcept
+{
+    int32x4_t s[4];
+    for (int h = 0; h < 2; ++h) {
+        const uint8x16_t packed = vreinterpretq_u8_s8(vld1q_s8(codes + 16 * h));
+        const uint64x2_t lo = vreinterpretq_u64_u8(vandq_u8(packed, vdupq_n_u8(0x0f)));
+        const uint64x2_t hi = vreinterpretq_u64_u8(vshrq_n_u8(packed, 4));
+        const std::int8_t* a = h == 0 ? a0 : a1;
+        s[2 * h] = dot16<Arch>(vdupq_n_s32(0), vqtbl1q_s8(values, vreinterpretq_u8_u64(vzip1q_u64(lo, hi))), vld1q_s8(a));
+        s[2 * h + 1] = dot16<Arch>(vdupq_n_s32(0), vqtbl1q_s8(values, vreinterpretq_u8_u64(vzip2q_u64(lo, hi))), vld1q_s8(a + 16));
+    }
+    return vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+}
+
+// The scales of an NVFP4 block's four sub-blocks: its UE4M3 bytes (from ue4m3_half_table, as the
+// reference) times the fp16 scales of its Q8_0 blocks, [d0 a0, d1 a0, d2 a1, d3 a1].
+template <class Arch>
+QK_NEON64_DOTPROD_INLINE float32x4_t nvfp4_scales(const block_nvfp4& w, const block_q8_0* a) noexcept
+{
+    const float* ue4m3 = reinterpret_cast<const float*>(&ue4m3_half_table);
+    const std::uint8_t* d = reinterpret_cast<const std::uint8_t*>(&w.d);
+    const float32x4_t dw = {ue4m3[d[0]], ue4m3[d[1]], ue4m3[d[2]], ue4m3[d[3]]};
+    const std::uint64_t a0 = a[0].d;
+    const std::uint64_t a1 = a[1].d;
+    const float32x4_t da = vcvt_f32_f16(vreinterpret_f16_u16(vcreate_u16(a0 | (a0 << 16) | (a1 << 32) | (a1 << 48))));
+    return vmulq_f32(dw, da);
+}
+
 #undef QK_NEON64_DOTPROD_INLINE
 
 } // namespace qk::kernels::neon64_dotprod_detail
@@ -212,6 +278,28 @@ QK_TARGET_NEON64 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_
         const int8x16x2_t w0 = nd::decode_nibbles<Arch>(nd::bytes<Arch>(w[b].qs), values);
         const int32x4_t p0 = nd::block_dot<Arch>(w0.val[0], w0.val[1], nd::bytes<Arch>(a[b].qs));
         sum0 = nd::scale_add<Arch>(sum0, p0, e8m0_half[w[b].e] * nd::fp16_to_fp32<Arch>(a[b].d));
+    }
+    return vaddvq_f32(vaddq_f32(sum0, sum1));
+}
+
+template <class Arch>
+QK_TARGET_NEON64 float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks,
+                           arch::requires_arch<arch::neon64>) noexcept
+{
+    namespace nd = neon64_detail;
+    const int8x16_t values = vld1q_s8(nd::bytes<Arch>(mxfp4_values));
+    float32x4_t sum0 = vdupq_n_f32(0.0f);
+    float32x4_t sum1 = vdupq_n_f32(0.0f);
+    std::size_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+        const int32x4_t p0 = nd::nvfp4_sums<Arch>(nd::bytes<Arch>(w[b].qs), nd::bytes<Arch>(a[2 * b].qs), nd::bytes<Arch>(a[2 * b + 1].qs), values);
+        const int32x4_t p1 = nd::nvfp4_sums<Arch>(nd::bytes<Arch>(w[b + 1].qs), nd::bytes<Arch>(a[2 * b + 2].qs), nd::bytes<Arch>(a[2 * b + 3].qs), values);
+        sum0 = vfmaq_f32(sum0, vcvtq_f32_s32(p0), nd::nvfp4_scales<Arch>(w[b], a + 2 * b));
+        sum1 = vfmaq_f32(sum1, vcvtq_f32_s32(p1), nd::nvfp4_scales<Arch>(w[b + 1], a + 2 * b + 2));
+    }
+    if (b < blocks) {
+        const int32x4_t p0 = nd::nvfp4_sums<Arch>(nd::bytes<Arch>(w[b].qs), nd::bytes<Arch>(a[2 * b].qs), nd::bytes<Arch>(a[2 * b + 1].qs), values);
+        sum0 = vfmaq_f32(sum0, vcvtq_f32_s32(p0), nd::nvfp4_scales<Arch>(w[b], a + 2 * b));
     }
     return vaddvq_f32(vaddq_f32(sum0, sum1));
 }
@@ -313,6 +401,28 @@ QK_TARGET_NEON64_DOTPROD float dot(const block_mxfp4* w, const block_q8_0* a, st
         const int8x16x2_t w0 = nd::decode_nibbles<Arch>(nd::bytes<Arch>(w[b].qs), values);
         const int32x4_t p0 = nd::block_dot<Arch>(w0.val[0], w0.val[1], nd::bytes<Arch>(a[b].qs));
         sum0 = nd::scale_add<Arch>(sum0, p0, e8m0_half[w[b].e] * nd::fp16_to_fp32<Arch>(a[b].d));
+    }
+    return vaddvq_f32(vaddq_f32(sum0, sum1));
+}
+
+template <class Arch>
+QK_TARGET_NEON64_DOTPROD float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks,
+                                   arch::requires_arch<arch::neon64_dotprod>) noexcept
+{
+    namespace nd = neon64_dotprod_detail;
+    const int8x16_t values = vld1q_s8(nd::bytes<Arch>(mxfp4_values));
+    float32x4_t sum0 = vdupq_n_f32(0.0f);
+    float32x4_t sum1 = vdupq_n_f32(0.0f);
+    std::size_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+        const int32x4_t p0 = nd::nvfp4_sums<Arch>(nd::bytes<Arch>(w[b].qs), nd::bytes<Arch>(a[2 * b].qs), nd::bytes<Arch>(a[2 * b + 1].qs), values);
+        const int32x4_t p1 = nd::nvfp4_sums<Arch>(nd::bytes<Arch>(w[b + 1].qs), nd::bytes<Arch>(a[2 * b + 2].qs), nd::bytes<Arch>(a[2 * b + 3].qs), values);
+        sum0 = vfmaq_f32(sum0, vcvtq_f32_s32(p0), nd::nvfp4_scales<Arch>(w[b], a + 2 * b));
+        sum1 = vfmaq_f32(sum1, vcvtq_f32_s32(p1), nd::nvfp4_scales<Arch>(w[b + 1], a + 2 * b + 2));
+    }
+    if (b < blocks) {
+        const int32x4_t p0 = nd::nvfp4_sums<Arch>(nd::bytes<Arch>(w[b].qs), nd::bytes<Arch>(a[2 * b].qs), nd::bytes<Arch>(a[2 * b + 1].qs), values);
+        sum0 = vfmaq_f32(sum0, vcvtq_f32_s32(p0), nd::nvfp4_scales<Arch>(w[b], a + 2 * b));
     }
     return vaddvq_f32(vaddq_f32(sum0, sum1));
 }

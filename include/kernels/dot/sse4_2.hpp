@@ -1,5 +1,5 @@
 // The dot products on the SSE4.2 tag (x86-64-v2: SSSE3 and SSE4.1 integer instructions, no FMA,
-// no F16C): Q8_0, MXFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp, for
+// no F16C): Q8_0, MXFP4, NVFP4 and IQ4_NL against Q8_0, IQ4_XS against Q8_K. Included by dot.hpp, for
 // x86-64-v2 CPUs without AVX2 (see dispatch.hpp); checked against dot/generic.hpp.
 #pragma once
 
@@ -78,6 +78,26 @@ QK_SSE4_2_INLINE __m128i reduce4(__m128i s0, __m128i s1, __m128i s2, __m128i s3)
     const __m128i s01 = _mm_add_epi32(_mm_unpacklo_epi32(s0, s1), _mm_unpackhi_epi32(s0, s1));
     const __m128i s23 = _mm_add_epi32(_mm_unpacklo_epi32(s2, s3), _mm_unpackhi_epi32(s2, s3));
     return _mm_add_epi32(_mm_unpacklo_epi64(s01, s23), _mm_unpackhi_epi64(s01, s23));
+}
+
+// The four 16-value sub-block sums of NVFP4 block x against Q8_0 blocks a[0], a[1], as lanes
+// 0..3. Sub-block s's codes are its 8 bytes' low nibbles, then their high nibbles.
+template <class Arch>
+QK_SSE4_2_INLINE __m128i nvfp4_sums(const block_nvfp4& x, const block_q8_0* a, __m128i values) noexcept
+{
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i ones = _mm_set1_epi16(1);
+    __m128i s[4];
+    for (std::size_t h = 0; h < 2; ++h) {
+        const __m128i bytes = load16<Arch>(x.qs.data() + 16 * h);
+        const __m128i lo = _mm_and_si128(bytes, mask);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+        const __m128i w0 = _mm_shuffle_epi8(values, _mm_unpacklo_epi64(lo, hi));
+        const __m128i w1 = _mm_shuffle_epi8(values, _mm_unpackhi_epi64(lo, hi));
+        s[2 * h] = _mm_madd_epi16(pair_sums<Arch>(w0, load16<Arch>(a[h].qs.data())), ones);
+        s[2 * h + 1] = _mm_madd_epi16(pair_sums<Arch>(w1, load16<Arch>(a[h].qs.data() + 16)), ones);
+    }
+    return reduce4<Arch>(s[0], s[1], s[2], s[3]);
 }
 
 template <class Arch>
@@ -251,6 +271,34 @@ QK_TARGET_SSE4_2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_
         sum += e8m0[w[b].e] * fp16_to_fp32(a[b].d) * static_cast<float>(sumi);
     }
     return k::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+// Two NVFP4 blocks (four Q8_0 blocks) per iteration, so that the activation scales convert four
+// at a time; the UE4M3 scales come from their table.
+template <class Arch>
+QK_TARGET_SSE4_2 float dot(const block_nvfp4* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::sse4_2>) noexcept
+{
+    namespace k = sse4_2_detail;
+    const __m128i values = k::load16<Arch>(mxfp4_values.data());
+    const float* ue4m3 = ue4m3_half_table.data();
+    __m128 acc = _mm_setzero_ps();
+    std::size_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+        const __m128 da = k::scales4<Arch>(a + 2 * b);
+        const __m128 d0 = _mm_setr_ps(ue4m3[w[b].d[0]], ue4m3[w[b].d[1]], ue4m3[w[b].d[2]], ue4m3[w[b].d[3]]);
+        const __m128 d1 = _mm_setr_ps(ue4m3[w[b + 1].d[0]], ue4m3[w[b + 1].d[1]], ue4m3[w[b + 1].d[2]], ue4m3[w[b + 1].d[3]]);
+        const __m128 s0 = _mm_cvtepi32_ps(k::nvfp4_sums<Arch>(w[b], a + 2 * b, values));
+        const __m128 s1 = _mm_cvtepi32_ps(k::nvfp4_sums<Arch>(w[b + 1], a + 2 * b + 2, values));
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d0, _mm_unpacklo_ps(da, da)), s0));
+        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d1, _mm_unpackhi_ps(da, da)), s1));
+    }
+    if (b < blocks) {
+        const float a0 = fp16_to_fp32(a[2 * b].d);
+        const float a1 = fp16_to_fp32(a[2 * b + 1].d);
+        const __m128 d = _mm_setr_ps(ue4m3[w[b].d[0]] * a0, ue4m3[w[b].d[1]] * a0, ue4m3[w[b].d[2]] * a1, ue4m3[w[b].d[3]] * a1);
+        acc = _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(k::nvfp4_sums<Arch>(w[b], a + 2 * b, values))));
+    }
+    return k::finite_or_reference<Arch>(k::reduce_ps<Arch>(acc), w, a, blocks);
 }
 
 template <class Arch>

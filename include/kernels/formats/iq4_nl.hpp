@@ -30,6 +30,7 @@ struct format_traits<block_iq4_nl> {
     static constexpr std::size_t block_size = 32;
     static constexpr std::size_t bytes = sizeof(block_iq4_nl);
     static constexpr std::string_view name = "IQ4_NL";
+    static constexpr std::uint32_t gguf_type = 20;
     static constexpr bool takes_importance = true;
     using vec_dot_type = block_q8_0;
 };

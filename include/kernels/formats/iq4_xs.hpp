@@ -33,6 +33,7 @@ struct format_traits<block_iq4_xs> {
     static constexpr std::size_t block_size = 256;
     static constexpr std::size_t bytes = sizeof(block_iq4_xs);
     static constexpr std::string_view name = "IQ4_XS";
+    static constexpr std::uint32_t gguf_type = 23;
     static constexpr bool takes_importance = true;
     using vec_dot_type = block_q8_K;
 };

@@ -32,6 +32,7 @@ struct format_traits<block_mxfp4> {
     static constexpr std::size_t block_size = 32;
     static constexpr std::size_t bytes = sizeof(block_mxfp4);
     static constexpr std::string_view name = "MXFP4";
+    static constexpr std::uint32_t gguf_type = 39;
     static constexpr bool takes_importance = false;
     using vec_dot_type = block_q8_0;
 };

@@ -28,6 +28,7 @@ struct format_traits<block_q8_0> {
     static constexpr std::size_t block_size = 32;
     static constexpr std::size_t bytes = sizeof(block_q8_0);
     static constexpr std::string_view name = "Q8_0";
+    static constexpr std::uint32_t gguf_type = 8;
     static constexpr bool takes_importance = false;
     using vec_dot_type = block_q8_0;
 };

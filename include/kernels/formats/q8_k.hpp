@@ -29,6 +29,7 @@ struct format_traits<block_q8_K> {
     static constexpr std::size_t block_size = 256;
     static constexpr std::size_t bytes = sizeof(block_q8_K);
     static constexpr std::string_view name = "Q8_K";
+    static constexpr std::uint32_t gguf_type = 15;
     static constexpr bool takes_importance = false;
     using vec_dot_type = void; // an activation format only: no dot product of its own
 };

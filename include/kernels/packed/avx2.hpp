@@ -31,13 +31,15 @@
 // eight vectors of a group over one half, flushes the int32 sums into float accumulators kept on
 // the stack (the reference's unfused steps), then takes the other half. MXFP4's doubled values
 // are at most 12 in magnitude: its int16 pair sums add up over a whole group (8 * 2 * 12 * 127 <
-// 2^15) before one vpmaddwd: three instructions per column and vector instead of four.
+// 2^15) before one vpmaddwd: three instructions per column and vector instead of four; NVFP4's,
+// the same values, over each 16-value sub-block, which is flushed on its own (vectors 0 .. 3 of
+// a group, then 4 .. 7) with its own scales.
 namespace qk::kernels::packed_avx2_detail {
 
 #define QK_PACKED_AVX2_INLINE [[gnu::always_inline]] QK_TARGET_AVX2 inline
 
 template <class Block>
-inline constexpr bool sums_in_int16 = std::is_same_v<Block, block_mxfp4>;
+inline constexpr bool sums_in_int16 = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>;
 static_assert(std::ranges::all_of(mxfp4_values, [](int v) { return v >= -12 && v <= 12; }) && 8 * 2 * 12 * 127 <= 32767);
 
 // Signed weights of vector k (values 4k .. 4k + 3) of rows 8h .. 8h + 7 of a code group.
@@ -54,13 +56,15 @@ QK_PACKED_AVX2_INLINE __m256i weights(const std::uint8_t* codes, std::size_t k, 
     }
 }
 
-// The weight scales of rows 8h .. 8h + 7 of a block (MXFP4: the halved E8M0 values of e8m0.hpp).
+// The weight scales of rows 8h .. 8h + 7 of a block (MXFP4: the halved E8M0 values of e8m0.hpp;
+// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp).
 template <class Arch, class Block>
 QK_PACKED_AVX2_INLINE __m256 weight_scales(const std::uint8_t* scales, std::size_t h) noexcept
 {
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * h)));
-        return _mm256_i32gather_ps(e8m0_half_table.data(), e, 4);
+        const float* table = std::is_same_v<Block, block_mxfp4> ? e8m0_half_table.data() : ue4m3_half_table.data();
+        return _mm256_i32gather_ps(table, e, 4);
     } else {
         return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16 * h)));
     }
@@ -102,8 +106,9 @@ QK_PACKED_AVX2_INLINE void vector_products(const std::uint8_t* codes, const std:
 }
 
 // The N columns of a set against rows 8h .. 8h + 7 of one code group: the int32 sums over the
-// group's eight vectors, scaled and added to the float accumulators.
-template <class Arch, class Block, std::size_t N>
+// group's vectors K0 .. K1 - 1 (all eight, or one NVFP4 sub-block's four), scaled and added to the
+// float accumulators.
+template <class Arch, class Block, std::size_t N, std::size_t K0 = 0, std::size_t K1 = 8>
 QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint8_t* entries, const std::uint8_t* scales, std::size_t g, std::size_t h,
                                       __m256 dw, __m256i grid, float (&acc)[N][packed_tile_rows]) noexcept
 {
@@ -116,13 +121,13 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
     if constexpr (N <= 2) {
         // Few columns: unrolled, so that the loads of the eight vectors go out together (mat-vec).
 #pragma GCC unroll 8
-        for (std::size_t k = 0; k < 8; ++k) {
+        for (std::size_t k = K0; k < K1; ++k) {
             vector_products<Arch, Block, N>(codes, entries, k, h, grid, sum);
         }
     } else {
         // Unrolled, g++ keeps every column's eight activation broadcasts live and spills.
 #pragma GCC unroll 1
-        for (std::size_t k = 0; k < 8; ++k) {
+        for (std::size_t k = K0; k < K1; ++k) {
             vector_products<Arch, Block, N>(codes, entries, k, h, grid, sum);
         }
     }
@@ -151,7 +156,7 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
 {
     using traits = packed_traits<Block>;
     __m256i grid = _mm256_setzero_si256();
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_values.data())));
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data())));
@@ -171,8 +176,16 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
             }
             // The halves one after the other: with both at once, g++ shares the activation
             // broadcasts of the two and spills them.
-            half_group<Arch, Block, N>(codes, entries, scales, g, 0, dw[0], grid, acc);
-            half_group<Arch, Block, N>(codes, entries, scales, g, 1, dw[1], grid, acc);
+            if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                const std::uint8_t* first = scales + 16 * (2 * g); // sub-block 2g's, then 2g + 1's
+                for (std::size_t h = 0; h < 2; ++h) {
+                    half_group<Arch, Block, N, 0, 4>(codes, entries, scales, g, h, weight_scales<Arch, Block>(first, h), grid, acc);
+                    half_group<Arch, Block, N, 4, 8>(codes, entries, scales, g, h, weight_scales<Arch, Block>(first + 16, h), grid, acc);
+                }
+            } else {
+                half_group<Arch, Block, N>(codes, entries, scales, g, 0, dw[0], grid, acc);
+                half_group<Arch, Block, N>(codes, entries, scales, g, 1, dw[1], grid, acc);
+            }
         }
     }
     for (std::size_t c = 0; c < N; ++c) {

@@ -4,6 +4,9 @@
 // vectors, which every column then multiplies with vpdpbusd against its activation dwords,
 // broadcast from memory. The +128 bias comes back out through the column's correction, the
 // accumulator's starting value. The float steps are the reference's, lane by lane, unfused.
+// NVFP4's sub-blocks of 16 values (vectors 0 and 1 of a group, then 2 and 3) are summed and
+// scaled one at a time, each from its own correction, which the kernel forms (the panel's is per
+// group of 32).
 #pragma once
 
 #include <array>
@@ -80,6 +83,53 @@ template <class Arch, class Block>
     }
 }
 
+// -128 times the sum of the 16 activations at p: the bias that one NVFP4 sub-block's +128-biased
+// weights add, as packed.hpp's correction is for a whole group.
+template <class Arch>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline std::int32_t sub_block_correction(const std::uint8_t* p) noexcept
+{
+    const __m128i biased = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), _mm_set1_epi8(static_cast<char>(0x80)));
+    const __m128i sums = _mm_sad_epu8(biased, _mm_setzero_si128());
+    return -128 * (_mm_cvtsi128_si32(sums) + _mm_extract_epi16(sums, 4) - 16 * 128);
+}
+
+// One NVFP4 code group against the N columns of a set: sub-block 2g (vectors 0 and 1), then
+// 2g + 1 (vectors 2 and 3), each flushed with its UE4M3 scales (16 bytes at scales + 16i).
+template <class Arch, std::size_t N>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void nvfp4_group(const std::uint8_t* codes, const std::uint8_t* entries, const std::uint8_t* scales,
+                                                                    __m512i table, __m512 (&acc)[N]) noexcept
+{
+#pragma GCC unroll 2
+    for (std::size_t i = 0; i < 2; ++i) {
+        __m512i even_sum[N];
+        __m512i odd_sum[N];
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < N; ++c) {
+            even_sum[c] = _mm512_set1_epi32(sub_block_correction<Arch>(entries + 32 * c + 16 * i));
+            odd_sum[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 2
+        for (std::size_t m = 2 * i; m < 2 * i + 2; ++m) {
+            __m512i even;
+            __m512i odd;
+            decode_pair<Arch, block_nvfp4>(codes, m, table, even, odd);
+#pragma GCC unroll 8
+            for (std::size_t c = 0; c < N; ++c) {
+                even_sum[c] = _mm512_dpbusd_epi32(even_sum[c], even, broadcast32<Arch>(entries + 32 * c + 8 * m));
+                odd_sum[c] = _mm512_dpbusd_epi32(odd_sum[c], odd, broadcast32<Arch>(entries + 32 * c + 8 * m + 4));
+            }
+        }
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * i));
+        const __m512 dw = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(bytes), ue4m3_half_table.data(), 4);
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < N; ++c) {
+            const __m512 d = _mm512_mul_ps(dw, broadcast_float<Arch>(entries + 32 * N + 4 * c));
+            const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
+            acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+        }
+    }
+}
+
 // Each column keeps two int32 accumulators per group (even and odd vectors), so that 2N
 // independent vpdpbusd chains cover the instruction's latency; the vectors are decoded two at
 // a time, which leaves registers for them.
@@ -88,7 +138,7 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
 {
     using traits = packed_traits<Block>;
     __m512i table = _mm512_setzero_si512();
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         table = _mm512_loadu_si512(biased_grid<mxfp4_values>.data());
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         table = _mm512_loadu_si512(biased_grid<iq4_values>.data());
@@ -101,12 +151,12 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
     const std::uint8_t* codes = t.codes;
     for (std::size_t b = 0; b < t.blocks; ++b) {
         const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
-        __m512 dw;
+        __m512 dw = _mm512_setzero_ps(); // NVFP4's are per sub-block, in nvfp4_group
         if constexpr (std::is_same_v<Block, block_mxfp4>) {
             // vscalefps(d_a, e - 128) is d_a * 2^(e - 128) correctly rounded: the reference's product.
             dw = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
                                                      _mm512_set1_epi32(128)));
-        } else {
+        } else if constexpr (!std::is_same_v<Block, block_nvfp4>) {
             dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
         }
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
@@ -117,6 +167,10 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
                 for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
                     qk::detail::prefetch_stream(codes + i);
                 }
+            }
+            if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                nvfp4_group<Arch, N>(codes, entries, scales + 16 * (2 * g), table, acc);
+                continue;
             }
             __m512i even_sum[N];
             __m512i odd_sum[N];

@@ -1,6 +1,7 @@
 // The scalar reference tile kernel over packed weights (kernels/packed.hpp): 16 rows x n columns,
-// one value at a time, each the sum over blocks in order of (d_w * d_a) * sumi rounded twice,
-// exactly as dot/generic.hpp: the SIMD tile kernels are checked against it bit for bit.
+// one value at a time, each the sum over blocks (NVFP4: sub-blocks) in order of (d_w * d_a) * sumi
+// rounded twice, exactly as dot/generic.hpp: the SIMD tile kernels are checked against it bit for
+// bit.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ template <class Block>
     const int code = get_code<Block>(group, r, j);
     if constexpr (std::is_same_v<Block, block_q8_0>) {
         return code;
-    } else if constexpr (std::is_same_v<Block, block_mxfp4>) {
+    } else if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         return mxfp4_values[static_cast<std::size_t>(code)];
     } else {
         return iq4_values[static_cast<std::size_t>(code)];
@@ -66,12 +67,25 @@ QK_STRICT_FP void packed_tile_generic(const packed_tile<Block>& tile, const std:
                     const std::uint8_t* entry = entries + group * n * packed_entry_bytes;
                     const std::uint8_t* codes = tile.codes + group * traits::code_bytes;
                     const auto* qs = reinterpret_cast<const std::int8_t*>(entry + 32 * c);
+                    float activation;
+                    std::memcpy(&activation, entry + 32 * n + 4 * c, sizeof activation);
+                    if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                        // Sub-blocks 2g and 2g + 1, each its own float steps, as dot/generic.hpp.
+                        for (std::size_t h = 0; h < 2; ++h) {
+                            int sumi = 0;
+                            for (std::size_t j = 16 * h; j < 16 * h + 16; ++j) {
+                                sumi += packed_value<Block>(codes, r, j) * qs[j];
+                            }
+                            const float d = rounded(activation * ue4m3_half_table[block_scales[16 * (2 * g + h) + r]]);
+                            const float term = rounded(d * static_cast<float>(sumi));
+                            sum = sum + term;
+                        }
+                        continue;
+                    }
                     int sumi = 0;
                     for (std::size_t j = 0; j < 32; ++j) {
                         sumi += packed_value<Block>(codes, r, j) * qs[j];
                     }
-                    float activation;
-                    std::memcpy(&activation, entry + 32 * n + 4 * c, sizeof activation);
                     float d = packed_scale<Block>(block_scales, r, activation);
                     if constexpr (std::is_same_v<Block, block_iq4_xs>) {
                         d = d * static_cast<float>(static_cast<std::int8_t>(block_scales[32 + 16 * g + r]));

@@ -27,6 +27,8 @@
 // columns by two row quads), eight activation registers and two weight registers fit in the 32
 // vector registers; the float accumulators (the reference's unfused steps, per group) live on the
 // stack. As in dot/neon64.hpp, the helpers carry the dotprod target and read through pointers.
+// NVFP4's 16-value sub-blocks are each one of the two activation registers of a group (j = 0, 1),
+// so their sums are flushed after each, with the sub-block's own scales.
 namespace qk::kernels::packed_neon64_detail {
 
 #define QK_PACKED_NEON64_INLINE [[gnu::always_inline]] QK_TARGET_NEON64_DOTPROD inline
@@ -56,15 +58,17 @@ QK_PACKED_NEON64_INLINE int8x16_t weights(const std::uint8_t* codes, std::size_t
     }
 }
 
-// The weight scales of rows 4q .. 4q + 3 of a block (MXFP4: the halved E8M0 values of e8m0.hpp).
+// The weight scales of rows 4q .. 4q + 3 of a block (MXFP4: the halved E8M0 values of e8m0.hpp;
+// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp).
 template <class Arch, class Block>
 QK_PACKED_NEON64_INLINE float32x4_t weight_scales(const std::uint8_t* scales, std::size_t q) noexcept
 {
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
-        const auto* e8m0 = reinterpret_cast<const float*>(&e8m0_half_table);
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
+        const auto* table = std::is_same_v<Block, block_mxfp4> ? reinterpret_cast<const float*>(&e8m0_half_table)
+                                                               : reinterpret_cast<const float*>(&ue4m3_half_table);
         float d[4];
         for (std::size_t i = 0; i < 4; ++i) {
-            d[i] = e8m0[scales[4 * q + i]];
+            d[i] = table[scales[4 * q + i]];
         }
         return vld1q_f32(d);
     } else {
@@ -96,12 +100,42 @@ QK_PACKED_NEON64_INLINE void dot_vector(const std::uint8_t* codes, std::size_t j
     }
 }
 
+// The int32 sums of rows 8h .. 8h + 7, scaled by the weight scales at `weight` (the block's, or
+// one NVFP4 sub-block's) and the columns' activation scales, added to the float accumulators.
+template <class Arch, class Block, std::size_t N>
+QK_PACKED_NEON64_INLINE void flush(const int32x4_t (&sum)[N][2], const std::uint8_t* weight, const std::uint8_t* scales, std::size_t g,
+                                   std::size_t h, const std::uint8_t* entries, float (&acc)[N][packed_tile_rows]) noexcept
+{
+#pragma GCC unroll 2
+    for (std::size_t i = 0; i < 2; ++i) {
+        const std::size_t q = 2 * h + i;
+        const float32x4_t dw = weight_scales<Arch, Block>(weight, q);
+        float32x4_t ls = vdupq_n_f32(0.0f);
+        if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+            const int8x8_t multipliers = vld1_s8(reinterpret_cast<const std::int8_t*>(scales + 32 + 16 * g + 4 * q));
+            ls = vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(multipliers))));
+        }
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < N; ++c) {
+            float da;
+            std::memcpy(&da, entries + 32 * N + 4 * c, sizeof da);
+            float32x4_t d = vmulq_n_f32(dw, da);
+            if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+                d = vmulq_f32(rounded<Arch>(d), ls);
+            }
+            const float32x4_t term = rounded<Arch>(vmulq_f32(rounded<Arch>(d), vcvtq_f32_s32(sum[c][i])));
+            float* out = acc[c] + 4 * q;
+            vst1q_f32(out, vaddq_f32(vld1q_f32(out), term));
+        }
+    }
+}
+
 template <class Arch, class Block, std::size_t N>
 QK_TARGET_NEON64_DOTPROD void tile(const packed_tile<Block>& t, const std::uint8_t* entries, float* y, std::size_t y_stride, std::size_t rows) noexcept
 {
     using traits = packed_traits<Block>;
     int8x16_t grid = vdupq_n_s8(0);
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         grid = vld1q_s8(reinterpret_cast<const std::int8_t*>(&mxfp4_values));
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         grid = vld1q_s8(reinterpret_cast<const std::int8_t*>(&iq4_values));
@@ -129,28 +163,18 @@ QK_TARGET_NEON64_DOTPROD void tile(const packed_tile<Block>& t, const std::uint8
                     dot_vector<Arch, Block, N, 1>(codes, j, h, grid, a, sum);
                     dot_vector<Arch, Block, N, 2>(codes, j, h, grid, a, sum);
                     dot_vector<Arch, Block, N, 3>(codes, j, h, grid, a, sum);
-                }
-#pragma GCC unroll 2
-                for (std::size_t i = 0; i < 2; ++i) {
-                    const std::size_t q = 2 * h + i;
-                    const float32x4_t dw = weight_scales<Arch, Block>(scales, q);
-                    float32x4_t ls = vdupq_n_f32(0.0f);
-                    if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-                        const int8x8_t multipliers = vld1_s8(reinterpret_cast<const std::int8_t*>(scales + 32 + 16 * g + 4 * q));
-                        ls = vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(multipliers))));
-                    }
+                    if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                        // Sub-block 2g + j ends here.
+                        flush<Arch, Block, N>(sum, scales + 16 * (2 * g + j), scales, g, h, entries, acc);
 #pragma GCC unroll 8
-                    for (std::size_t c = 0; c < N; ++c) {
-                        float da;
-                        std::memcpy(&da, entries + 32 * N + 4 * c, sizeof da);
-                        float32x4_t d = vmulq_n_f32(dw, da);
-                        if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-                            d = vmulq_f32(rounded<Arch>(d), ls);
+                        for (std::size_t c = 0; c < N; ++c) {
+                            sum[c][0] = vdupq_n_s32(0);
+                            sum[c][1] = vdupq_n_s32(0);
                         }
-                        const float32x4_t term = rounded<Arch>(vmulq_f32(rounded<Arch>(d), vcvtq_f32_s32(sum[c][i])));
-                        float* out = acc[c] + 4 * q;
-                        vst1q_f32(out, vaddq_f32(vld1q_f32(out), term));
                     }
+                }
+                if constexpr (!std::is_same_v<Block, block_nvfp4>) {
+                    flush<Arch, Block, N>(sum, scales, scales, g, h, entries, acc);
                 }
             }
         }

@@ -24,7 +24,8 @@
 #include <immintrin.h>
 
 // Technique as in packed/avx2.hpp (products through pmaddubsw, |w| times the activation carrying
-// w's sign; MXFP4's int16 pair sums added over a whole group; the reference's unfused steps into
+// w's sign; MXFP4's int16 pair sums added over a whole group, NVFP4's over each 16-value
+// sub-block, flushed on its own with its own scales; the reference's unfused steps into
 // float accumulators on the stack), with the tile's 16 rows taken four at a time: the 16 vector
 // registers then hold the accumulators of all eight columns. Without F16C the fp16 scales are
 // converted as the SSE4.2 dot kernels convert theirs (dot/sse4_2.hpp: fp16x4_to_fp32).
@@ -46,12 +47,13 @@ QK_PACKED_SSE4_2_INLINE __m128i weights(const std::uint8_t* codes, std::size_t k
     }
 }
 
-// The weight scales of rows 4q .. 4q + 3 of a block (MXFP4: the halved E8M0 values of e8m0.hpp).
+// The weight scales of rows 4q .. 4q + 3 of a block (MXFP4: the halved E8M0 values of e8m0.hpp;
+// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp).
 template <class Arch, class Block>
 QK_PACKED_SSE4_2_INLINE __m128 weight_scales(const std::uint8_t* scales, std::size_t q) noexcept
 {
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
-        const float* table = e8m0_half_table.data();
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
+        const float* table = std::is_same_v<Block, block_mxfp4> ? e8m0_half_table.data() : ue4m3_half_table.data();
         const std::uint8_t* e = scales + 4 * q;
         return _mm_setr_ps(table[e[0]], table[e[1]], table[e[2]], table[e[3]]);
     } else {
@@ -97,8 +99,9 @@ QK_PACKED_SSE4_2_INLINE void vector_products(const std::uint8_t* codes, const st
 }
 
 // The N columns of a set against rows 4q .. 4q + 3 of one code group: the int32 sums over the
-// group's eight vectors, scaled and added to the float accumulators.
-template <class Arch, class Block, std::size_t N>
+// group's vectors K0 .. K1 - 1 (all eight, or one NVFP4 sub-block's four), scaled and added to the
+// float accumulators.
+template <class Arch, class Block, std::size_t N, std::size_t K0 = 0, std::size_t K1 = 8>
 QK_PACKED_SSE4_2_INLINE void quarter_group(const std::uint8_t* codes, const std::uint8_t* entries, const std::uint8_t* scales, std::size_t g,
                                            std::size_t q, __m128 dw, __m128i grid, float (&acc)[N][packed_tile_rows]) noexcept
 {
@@ -108,7 +111,7 @@ QK_PACKED_SSE4_2_INLINE void quarter_group(const std::uint8_t* codes, const std:
         sum[c] = _mm_setzero_si128();
     }
 #pragma GCC unroll 8
-    for (std::size_t k = 0; k < 8; ++k) {
+    for (std::size_t k = K0; k < K1; ++k) {
         vector_products<Arch, Block, N>(codes, entries, k, q, grid, sum);
     }
     __m128 ls = _mm_setzero_ps();
@@ -137,7 +140,7 @@ QK_TARGET_SSE4_2 void tile(const packed_tile<Block>& t, const std::uint8_t* entr
 {
     using traits = packed_traits<Block>;
     __m128i grid = _mm_setzero_si128();
-    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_values.data()));
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data()));
@@ -157,7 +160,13 @@ QK_TARGET_SSE4_2 void tile(const packed_tile<Block>& t, const std::uint8_t* entr
                 }
             }
             for (std::size_t q = 0; q < 4; ++q) {
-                quarter_group<Arch, Block, N>(codes, entries, scales, g, q, dw[q], grid, acc);
+                if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                    const std::uint8_t* first = scales + 16 * (2 * g); // sub-block 2g's, then 2g + 1's
+                    quarter_group<Arch, Block, N, 0, 4>(codes, entries, scales, g, q, weight_scales<Arch, Block>(first, q), grid, acc);
+                    quarter_group<Arch, Block, N, 4, 8>(codes, entries, scales, g, q, weight_scales<Arch, Block>(first + 16, q), grid, acc);
+                } else {
+                    quarter_group<Arch, Block, N>(codes, entries, scales, g, q, dw[q], grid, acc);
+                }
             }
         }
     }

@@ -1,17 +1,20 @@
-// Mat-vec and mat-mult Y = W·X on Metal for Q8_0, MXFP4, IQ4_NL and IQ4_XS weights (the GGUF
-// block bytes, read as they are) with float activations: one SIMD-group per row and column, its
+// Mat-vec and mat-mult Y = W·X on Metal for Q8_0, MXFP4, IQ4_NL, IQ4_XS and NVFP4 weights (the
+// GGUF block bytes, read as they are) with float activations: one SIMD-group per row and column, its
 // lanes striding over parts of the row's blocks, then simd_sum. x is not quantized. A mat-vec is
 // one column, so each column of a mat-mult is the mat-vec of that column bit for bit.
 //
-// Host interface (kernel_gemv_q8_0, kernel_gemv_mxfp4, kernel_gemv_iq4_nl, kernel_gemv_iq4_xs)
+// Host interface (kernel_gemv_q8_0, kernel_gemv_mxfp4, kernel_gemv_iq4_nl, kernel_gemv_iq4_xs,
+// kernel_gemv_nvfp4)
 //   buffer(0)  device const uchar* w      rows * blocks_per_row blocks, row-major, GGUF bytes
-//                                         (34, 17, 18, 136 bytes per block of 32, 32, 32, 256)
+//                                         (34, 17, 18, 136, 36 bytes per block of 32, 32, 32,
+//                                         256, 64)
 //   buffer(1)  device const float* x      columns * cols values (cols = blocks_per_row * block
 //                                         values), column c from x + c * cols
 //   buffer(2)  device float*       y      columns * rows values, column c from y + c * rows
 //   buffer(3)  constant gemv_args&        { uint rows; uint blocks_per_row; } (setBytes, 8 bytes)
 //   buffer(4)  constant float* e8m0_half  kernel_gemv_mxfp4 only: qk::e8m0_half_table, 256
-//                                         floats (1024 bytes)
+//                                         floats (1024 bytes). NVFP4 decodes its UE4M3 scales
+//                                         (gemv_ue4m3_half) and takes no table.
 //   threadgroup memory: none. Function constants: none.
 //   dispatch: threadgroups (ceil(rows / nsg), columns, 1); threads per threadgroup (32 * nsg, 1, 1)
 //   for any nsg >= 1 with 32 * nsg <= the pipeline's maxTotalThreadsPerThreadgroup; the
@@ -21,8 +24,10 @@
 //
 // Blocks of 17, 18 and 34 bytes are not word aligned, so weights are read byte by byte and
 // fp16 scales assembled from two bytes. A lane's unit of work is a part of a block: a quarter
-// (8 values) of the 32-value formats, a 32-value group of IQ4_XS. In the nibble formats byte j
-// of a block holds values j (low nibble) and j + 16 (high), so quarter q covers bytes 4q..4q+3.
+// (8 values) of the 32-value formats, a 32-value group of IQ4_XS, a 16-value sub-block of NVFP4.
+// In the 32-value nibble formats byte j of a block holds values j (low nibble) and j + 16 (high),
+// so quarter q covers bytes 4q..4q+3; NVFP4's sub-block s has byte 8s + j hold values 16s + j and
+// 16s + j + 8.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -100,6 +105,36 @@ struct gemv_iq4_xs {
             s += iq4_values[code & 15u] * xs[t] + iq4_values[code >> 4] * xs[t + 16];
         }
         return (gemv_fp16_at(block) * float(scale)) * s;
+    }
+};
+
+// Half the unsigned E4M3 value of byte b, exactly as qk::ue4m3_half_to_fp32 builds it (bit 7 not
+// read; 0 and 0x7F give 0): a significand below 16 times a power of two from 2^-11, both exact.
+inline float gemv_ue4m3_half(uint b)
+{
+    if (b == 0u || b == 0x7fu) {
+        return 0.0f;
+    }
+    const uint exponent = (b >> 3) & 15u;
+    const uint mantissa = b & 7u;
+    const uint significand = exponent == 0u ? mantissa : 8u + mantissa;
+    const int power = exponent == 0u ? -10 : int(exponent) - 11;
+    return float(significand) * as_type<float>(uint(127 + power) << 23);
+}
+
+// Layout: uint8 d[4] (UE4M3 scales); uint8 qs[32]. Part s is sub-block s: scale d[s], codes in
+// qs[8s .. 8s + 7].
+struct gemv_nvfp4 {
+    float part(device const uchar* block, device const float* x, uint s) const
+    {
+        device const uchar* qs = block + 4 + 8 * s;
+        device const float* xs = x + 16 * s;
+        float sum = 0.0f;
+        for (uint t = 0; t < 8; ++t) {
+            const uint code = qs[t];
+            sum += mxfp4_values[code & 15u] * xs[t] + mxfp4_values[code >> 4] * xs[t + 8];
+        }
+        return gemv_ue4m3_half(block[s]) * sum;
     }
 };
 
@@ -181,4 +216,18 @@ kernel void kernel_gemv_iq4_xs(device const uchar* w [[buffer(0)]],
 {
     const gemv_iq4_xs format{};
     gemv_row<gemv_iq4_xs, 136, 256, 8>(format, w, x, y, args, tgpig.x * nsg + sgitg, tgpig.y, tiisg, ntpsg);
+}
+
+kernel void kernel_gemv_nvfp4(device const uchar* w [[buffer(0)]],
+                              device const float* x [[buffer(1)]],
+                              device float* y [[buffer(2)]],
+                              constant gemv_args& args [[buffer(3)]],
+                              uint3 tgpig [[threadgroup_position_in_grid]],
+                              uint sgitg [[simdgroup_index_in_threadgroup]],
+                              uint nsg [[simdgroups_per_threadgroup]],
+                              uint tiisg [[thread_index_in_simdgroup]],
+                              uint ntpsg [[threads_per_simdgroup]])
+{
+    const gemv_nvfp4 format{};
+    gemv_row<gemv_nvfp4, 36, 64, 4>(format, w, x, y, args, tgpig.x * nsg + sgitg, tgpig.y, tiisg, ntpsg);
 }

@@ -1,9 +1,9 @@
 #version 450
-// Y = W·X for one weight format (FORMAT_Q8_0, FORMAT_MXFP4, FORMAT_IQ4_NL or FORMAT_IQ4_XS, set by
-// the generator) with float activations, for any number of columns (a mat-vec is one): one
-// workgroup per row and tile of column_tile columns, its invocations striding over the row's
-// blocks, each decoding a block once for every column of the tile, then a tree reduction in
-// shared memory per column, which works for any subgroup size. A column's result does not depend
+// Y = W·X for one weight format (FORMAT_Q8_0, FORMAT_MXFP4, FORMAT_IQ4_NL, FORMAT_IQ4_XS or
+// FORMAT_NVFP4, set by the generator) with float activations, for any number of columns (a
+// mat-vec is one): one workgroup per row and tile of column_tile columns, its invocations striding
+// over the row's blocks, each decoding a block once for every column of the tile, then a tree
+// reduction in shared memory per column, which works for any subgroup size. A column's result does not depend
 // on the tile or the tile size: every column takes the same operations in the same order. The
 // tile size is a specialization constant so that the compiler unrolls the loops over it and keeps
 // the per-column sums in registers (1 for a mat-vec); a last tile that is not full computes its
@@ -17,7 +17,8 @@ layout(std430, set = 0, binding = 0) readonly buffer Weights { uint words[]; };
 // Column c of X at x[c * cols], of Y at y[c * rows] (cols = blocks_per_row * block_values).
 layout(std430, set = 0, binding = 1) readonly buffer Activations { float x[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Output { float y[]; };
-// MXFP4's scales: qkern's compile-time E8M0 table (half scales), uploaded as is.
+// MXFP4's scales: qkern's compile-time E8M0 table (half scales), uploaded as is. NVFP4 decodes its
+// UE4M3 scales instead (ue4m3_half below): no second table binding for a format of its own.
 layout(std430, set = 0, binding = 3) readonly buffer Table { float e8m0_half[]; };
 
 layout(push_constant) uniform Shape {
@@ -134,6 +135,58 @@ void block_dot(uint at, uint xi, uint stride, uint n)
         const float ds = d * float(scale);
         for (uint c = 0u; c < column_tile; ++c) {
             total[c] += ds * s[c];
+        }
+    }
+    for (uint c = 0u; c < column_tile; ++c) {
+        sums[c] += total[c];
+    }
+}
+#elif defined(FORMAT_NVFP4)
+const uint block_bytes = 36u;
+const uint block_values = 64u;
+// Half the unsigned E4M3 value of byte b, exactly as qk::ue4m3_half_to_fp32 builds it (bit 7 not
+// read; 0 and 0x7F give 0): a significand below 16 times a power of two from 2^-11, both exact.
+float ue4m3_half(uint b)
+{
+    if (b == 0u || b == 0x7fu) {
+        return 0.0;
+    }
+    const uint exponent = (b >> 3) & 15u;
+    const uint mantissa = b & 7u;
+    const uint significand = exponent == 0u ? mantissa : 8u + mantissa;
+    const int power = exponent == 0u ? -10 : int(exponent) - 11;
+    return float(significand) * uintBitsToFloat(uint(127 + power) << 23);
+}
+// Four sub-blocks of 16 values, each with its scale byte; blocks of 36 bytes keep every block, and
+// so its scale word and code words, word-aligned. Byte 8s + j holds values 16s + j (low nibble)
+// and 16s + j + 8 (high).
+void block_dot(uint at, uint xi, uint stride, uint n)
+{
+    const uint scales = words[at >> 2];
+    float total[column_tile];
+    for (uint c = 0u; c < column_tile; ++c) {
+        total[c] = 0.0;
+    }
+    for (uint sub = 0u; sub < 4u; ++sub) {
+        float s[column_tile];
+        for (uint c = 0u; c < column_tile; ++c) {
+            s[c] = 0.0;
+        }
+        for (uint j = 0u; j < 8u; j += 4u) {
+            const uint q = words[(at + 4u + 8u * sub + j) >> 2];
+            for (uint b = 0u; b < 4u; ++b) {
+                const uint code = (q >> (8u * b)) & 0xffu;
+                const float low = mxfp4_values[code & 15u];
+                const float high = mxfp4_values[code >> 4];
+                for (uint c = 0u; c < column_tile; ++c) {
+                    const uint i = min(c, n - 1u) * stride + xi + 16u * sub + j + b;
+                    s[c] += low * x[i] + high * x[i + 8u];
+                }
+            }
+        }
+        const float d = ue4m3_half((scales >> (8u * sub)) & 0xffu);
+        for (uint c = 0u; c < column_tile; ++c) {
+            total[c] += d * s[c];
         }
     }
     for (uint c = 0u; c < column_tile; ++c) {
