@@ -1,6 +1,7 @@
 // qk::spec drafting time per call at 1k, 8k, 64k and 256k tokens of context: ngram_simple (a
-// scan of the history) against ngram_index (O(1) per call), on a text-like sequence where matches
-// exist and on a uniformly random one where they almost never do (so ngram_simple scans it all).
+// scan of the history) against ngram_index (O(1) per call), and ngram_map, ngram_mod,
+// suffix_drafter and a drafter_selection of four, on a text-like sequence where matches exist and
+// on a uniformly random one where they almost never do (so ngram_simple scans it all).
 #include <benchmark/benchmark.h>
 
 #include <spec/spec.hpp>
@@ -243,6 +244,66 @@ void index_case(benchmark::State& state, kind k)
     }
 }
 
+// The other drafters in the streaming use, as index_case times ngram_index: the drafter has read
+// the first context - 1 tokens before timing (kept per (kind, context) across runs), each timed
+// call reads one more token, drafts and appends the sampled one, and the window's end cuts the
+// history back outside the timed region.
+template <class Drafter>
+struct prepared_stream {
+    Drafter drafter;
+    qk::spec::token_history history;
+};
+
+template <class Drafter>
+void stream_case(benchmark::State& state, kind k, Drafter (*make)())
+{
+    const auto context = static_cast<std::size_t>(state.range(0));
+    const std::size_t window = window_of(context);
+    const std::span<const std::int32_t> tokens(sequence(k).data(), context + window);
+    static std::map<std::pair<kind, std::size_t>, std::unique_ptr<prepared_stream<Drafter>>> cache;
+    auto& slot = cache[{k, context}];
+    if (!slot) {
+        slot = std::make_unique<prepared_stream<Drafter>>(prepared_stream<Drafter>{make(), {}});
+        slot->history.append(tokens.first(context));
+    }
+    Drafter& drafter = slot->drafter;
+    qk::spec::token_history& history = slot->history;
+    const auto rewind_stream = [&] {
+        history.cut(context - 1);
+        (void)drafter.draft(history, tokens[context - 1]);
+        history.push_back(tokens[context - 1]);
+    };
+    rewind_stream();
+
+    std::size_t i = 0;
+    std::size_t drafts = 0;
+    double paused_ns = 0;
+    const auto start = clock_type::now();
+    for (auto _ : state) {
+        const std::vector<std::int32_t> d = drafter.draft(history, tokens[context + i]);
+        drafts += d.empty() ? 0 : 1;
+        benchmark::DoNotOptimize(d.data());
+        history.push_back(tokens[context + i]);
+        if (++i == window) {
+            const auto pause = clock_type::now();
+            state.PauseTiming();
+            rewind_stream();
+            i = 0;
+            state.ResumeTiming();
+            paused_ns += std::chrono::duration<double, std::nano>(clock_type::now() - pause).count();
+        }
+    }
+    const double ns = std::chrono::duration<double, std::nano>(clock_type::now() - start).count() - paused_ns;
+    report(state, ns, drafts);
+}
+
+qk::spec::ngram_map make_map() { return qk::spec::ngram_map({.size_ngram = 4, .size_mgram = 16}); }
+// llama.cpp's defaults (n = 24, drafts of 48-64 tokens, a pool of 4M entries).
+qk::spec::ngram_mod make_mod() { return qk::spec::ngram_mod(); }
+qk::spec::suffix_drafter make_suffix() { return qk::spec::suffix_drafter(qk::spec::suffix_drafter::config{}); }
+using selection = qk::spec::drafter_selection<qk::spec::ngram_index, qk::spec::ngram_map, qk::spec::ngram_mod, qk::spec::suffix_drafter>;
+selection make_selection() { return selection(qk::spec::ngram_index(config), make_map(), make_mod(), make_suffix()); }
+
 void contexts(benchmark::internal::Benchmark* b)
 {
     for (std::int64_t n = 1024; n <= static_cast<std::int64_t>(longest_context); n *= 8) {
@@ -259,3 +320,11 @@ BENCHMARK_CAPTURE(simple_case, text, kind::text)->Name("ngram_simple/text")->App
 BENCHMARK_CAPTURE(index_case, text, kind::text)->Name("ngram_index/text")->Apply(contexts);
 BENCHMARK_CAPTURE(simple_case, random, kind::random)->Name("ngram_simple/random")->Apply(contexts);
 BENCHMARK_CAPTURE(index_case, random, kind::random)->Name("ngram_index/random")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, map_text, kind::text, make_map)->Name("ngram_map/text")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, map_random, kind::random, make_map)->Name("ngram_map/random")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, mod_text, kind::text, make_mod)->Name("ngram_mod/text")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, mod_random, kind::random, make_mod)->Name("ngram_mod/random")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, suffix_text, kind::text, make_suffix)->Name("suffix_drafter/text")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, suffix_random, kind::random, make_suffix)->Name("suffix_drafter/random")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, selection_text, kind::text, make_selection)->Name("drafter_selection/text")->Apply(contexts);
+BENCHMARK_CAPTURE(stream_case, selection_random, kind::random, make_selection)->Name("drafter_selection/random")->Apply(contexts);

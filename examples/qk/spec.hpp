@@ -133,16 +133,38 @@ inline int run_spec(const spec_options& opt)
     fmt::print("{:<20} {:>9} {:>9} {:>11} {:>12} {:>11} {:>11} {:>9}\n", "drafter", "accepted", "mean len", "tokens/eval",
                "evals saved", "baseline", "drafts", "ns/call");
     std::vector<qk::spec::replay_result> results;
-    const auto row = [&](std::string_view name, auto drafter) {
+    const auto row = [&](std::string_view name, auto&& drafter) {
         const qk::spec::replay_result r = qk::spec::replay(tokens, drafter, replay_opt);
         fmt::print("{:<20} {:>8.1f}% {:>9.2f} {:>11.3f} {:>12} {:>11} {:>11} {:>9.1f}\n", name, 100.0 * r.acceptance_rate(),
                    r.mean_accepted(), r.tokens_per_evaluation(), r.evaluations_saved(), r.baseline, r.drafts, r.draft_ns_per_call());
         results.push_back(r);
     };
+    // ngram_mod as llama.cpp runs it (n = 24, drafts of 48 to 64 tokens), and at this run's n and m
+    // (any walk of at least one token drafts).
+    const qk::spec::ngram_mod_config mod_defaults{};
+    const qk::spec::ngram_mod_config mod_config{.size_ngram = opt.n, .min_draft = 1, .max_draft = opt.m};
     row("ngram_simple", qk::spec::ngram_simple(config));
     row("ngram_index", qk::spec::ngram_index(config));
     row("ngram_map (values)", qk::spec::ngram_map(map_config));
     row("ngram_map (key-only)", qk::spec::ngram_map(key_only));
+    row("ngram_mod (llama)", qk::spec::ngram_mod(mod_defaults));
+    row("ngram_mod (n, m)", qk::spec::ngram_mod(mod_config));
+    // The selection keeps the draft of the highest expected gain (acceptance rate x length) each step.
+    // The suffix drafter drafts up to m tokens, as the others.
+    qk::spec::suffix_drafter::config suffix_config{};
+    suffix_config.max_draft = opt.m;
+    row("suffix_drafter", qk::spec::suffix_drafter(suffix_config));
+    qk::spec::drafter_selection selection{qk::spec::ngram_index(config), qk::spec::ngram_map(map_config), qk::spec::ngram_mod(mod_config),
+                                          qk::spec::suffix_drafter(suffix_config)};
+    row("selection", selection);
+    const char* const chosen_names[] = {"ngram_index", "ngram_map (values)", "ngram_mod (n, m)", "suffix_drafter"};
+    fmt::print("\n  selection's choices:");
+    for (std::size_t i = 0; i < selection.count; ++i) {
+        const qk::spec::drafter_statistics& st = selection.statistics()[i];
+        fmt::print("{}\n    {}: {} of {} drafts, {:.1f}% of their tokens accepted", i == 0 ? "" : ";", chosen_names[i], st.chosen, st.drafts,
+                   100.0 * st.acceptance_rate());
+    }
+    fmt::print("\n");
     fmt::print("\n  accepted: drafted tokens the target accepted; mean len: accepted tokens per draft;\n"
                "  tokens/eval: generated tokens per generation evaluation; evals saved: against `baseline`,\n"
                "  one evaluation per token (negative: a loss); drafts: steps that drafted;\n"
