@@ -65,7 +65,9 @@ TEST_CASE("GGUF type ids follow ggml's enum ggml_type")
     const std::pair<qk::format, std::uint32_t> ids[] = {{qk::format::q8_0, 8},   {qk::format::q8_K, 15},   {qk::format::iq4_nl, 20},
                                                         {qk::format::iq4_xs, 23}, {qk::format::mxfp4, 39}, {qk::format::nvfp4, 40}};
     CHECK(std::size(ids) == qk::all_formats.size());
-    for (const auto& [f, id] : ids) {
+    for (const auto& entry : ids) {
+        const qk::format f = entry.first;
+        const std::uint32_t id = entry.second;
         CAPTURE(qk::format_name(f));
         CHECK(qk::gguf_type(f) == id);
         CHECK(qk::find_gguf_type(id) == f);
