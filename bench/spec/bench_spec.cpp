@@ -201,21 +201,14 @@ prepared_index& prepared(kind k, std::size_t context, std::span<const std::int32
     return *slot;
 }
 
-void index_case(benchmark::State& state, kind k)
+// The timed calls of a streaming case: call i drafts with token context + i just sampled and
+// appends it; at the window's end `rewind` brings the history back, outside the timed region
+// (the pause's own clock reads are left out too). Returns the timed nanoseconds.
+template <class Drafter, class Rewind>
+double time_stream(benchmark::State& state, Drafter& drafter, qk::spec::token_history& history, std::span<const std::int32_t> tokens,
+                   std::size_t context, Rewind rewind)
 {
-    const auto context = static_cast<std::size_t>(state.range(0));
     const std::size_t window = window_of(context);
-    const std::span<const std::int32_t> tokens(sequence(k).data(), context + window);
-    prepared_index& p = prepared(k, context, tokens);
-    if (!p.agrees) {
-        state.SkipWithError("ngram_index and ngram_simple drafted differently");
-        return;
-    }
-    qk::spec::ngram_index& drafter = p.drafter;
-    qk::spec::token_history& history = p.history;
-    // Wherever the previous run stopped, back to the window's start.
-    rewind(p, tokens, context);
-
     std::size_t i = 0;
     std::size_t drafts = 0;
     double paused_ns = 0;
@@ -226,10 +219,9 @@ void index_case(benchmark::State& state, kind k)
         benchmark::DoNotOptimize(d.data());
         history.push_back(tokens[context + i]);
         if (++i == window) {
-            // The pause's own clock reads are left out of ns_per_call too.
             const auto pause = clock_type::now();
             state.PauseTiming();
-            rewind(p, tokens, context);
+            rewind();
             i = 0;
             state.ResumeTiming();
             paused_ns += std::chrono::duration<double, std::nano>(clock_type::now() - pause).count();
@@ -237,6 +229,22 @@ void index_case(benchmark::State& state, kind k)
     }
     const double ns = std::chrono::duration<double, std::nano>(clock_type::now() - start).count() - paused_ns;
     report(state, ns, drafts);
+    return ns;
+}
+
+void index_case(benchmark::State& state, kind k)
+{
+    const auto context = static_cast<std::size_t>(state.range(0));
+    const std::size_t window = window_of(context);
+    const std::span<const std::int32_t> tokens(sequence(k).data(), context + window);
+    prepared_index& p = prepared(k, context, tokens);
+    if (!p.agrees) {
+        state.SkipWithError("ngram_index and ngram_simple drafted differently");
+        return;
+    }
+    // Wherever the previous run stopped, back to the window's start.
+    rewind(p, tokens, context);
+    const double ns = time_stream(state, p.drafter, p.history, tokens, context, [&] { rewind(p, tokens, context); });
     // speedup: ngram_simple's time per call at the same length on the same sequence over this
     // one's, present when that case ran earlier in this process (a filter may leave it out).
     if (const auto it = simple_ns().find({k, context}); it != simple_ns().end()) {
@@ -274,27 +282,7 @@ void stream_case(benchmark::State& state, kind k, Drafter (*make)())
         history.push_back(tokens[context - 1]);
     };
     rewind_stream();
-
-    std::size_t i = 0;
-    std::size_t drafts = 0;
-    double paused_ns = 0;
-    const auto start = clock_type::now();
-    for (auto _ : state) {
-        const std::vector<std::int32_t> d = drafter.draft(history, tokens[context + i]);
-        drafts += d.empty() ? 0 : 1;
-        benchmark::DoNotOptimize(d.data());
-        history.push_back(tokens[context + i]);
-        if (++i == window) {
-            const auto pause = clock_type::now();
-            state.PauseTiming();
-            rewind_stream();
-            i = 0;
-            state.ResumeTiming();
-            paused_ns += std::chrono::duration<double, std::nano>(clock_type::now() - pause).count();
-        }
-    }
-    const double ns = std::chrono::duration<double, std::nano>(clock_type::now() - start).count() - paused_ns;
-    report(state, ns, drafts);
+    (void)time_stream(state, drafter, history, tokens, context, rewind_stream);
 }
 
 qk::spec::ngram_map make_map() { return qk::spec::ngram_map({.size_ngram = 4, .size_mgram = 16}); }
