@@ -516,8 +516,9 @@ TEST_CASE("the MXFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M
 {
     // Tiles of 16 rows and two blocks: block 0 of row r has exponent first + (r + shift) % 16, so
     // over the shifts every exponent sits at every row position, subnormal scales (e = 0, 1) and
-    // the largest (e = 255) included; block 1 has e = 128 (scale 1), so that a row that overflows
-    // adds a finite value to its infinity (never inf - inf). Bit for bit, every column count.
+    // the largest (e = 255) included; block 1 has e = 128 (scale 1) and only zero codes, so that a
+    // row that overflows adds 0 to its infinity (never inf - inf) and a subnormal scale's small
+    // term is not lost in the rounding of a larger one. Bit for bit, every column count.
     constexpr std::size_t rows = qk::packed_tile_rows;
     for (unsigned first = 0; first < 256; first += 16) {
         for (unsigned shift = 0; shift < 16; ++shift) {
@@ -525,6 +526,7 @@ TEST_CASE("the MXFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M
             for (std::size_t r = 0; r < rows; ++r) {
                 w[2 * r].e = static_cast<std::uint8_t>(first + (r + shift) % 16);
                 w[2 * r + 1].e = 128;
+                w[2 * r + 1].qs.fill(0);
             }
             const qk::packed_matrix<qk::block_mxfp4> packed(w, rows, 64);
             for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {
@@ -552,7 +554,8 @@ TEST_CASE("the NVFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every UE4
     // Tiles of 16 rows and two blocks: sub-block s of block 0 of row r has scale byte
     // first + (r + shift + 4s) % 16, so over the shifts every byte (subnormals, 0 and 0x7F that
     // decode to 0, bit 7 set) sits at every row and sub-block position; block 1 keeps random
-    // scales, a second block to add to. Bit for bit, every column count.
+    // scales but only zero codes, a second block to add to that cannot hide a subnormal scale's
+    // small terms in the rounding of larger ones. Bit for bit, every column count.
     constexpr std::size_t rows = qk::packed_tile_rows;
     for (unsigned first = 0; first < 256; first += 16) {
         for (unsigned shift = 0; shift < 16; ++shift) {
@@ -561,6 +564,7 @@ TEST_CASE("the NVFP4 tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " takes every UE4
                 for (std::size_t s = 0; s < 4; ++s) {
                     w[2 * r].d[s] = static_cast<std::uint8_t>(first + (r + shift + 4 * s) % 16);
                 }
+                w[2 * r + 1].qs.fill(0);
             }
             const qk::packed_matrix<qk::block_nvfp4> packed(w, rows, 128);
             for (std::size_t n = 1; n <= qk::packed_panel_columns; ++n) {

@@ -352,9 +352,20 @@ QK_AVX512BW_INLINE operands nvfp4_operands(const block_nvfp4& x, const block_q8_
     return code_operands<Arch, true>(codes, magnitudes, load2x32<Arch>(a[0].qs.data(), a[1].qs.data()));
 }
 
+// Sixteen UE4M3 bytes as their ue4m3_half_table values divided by 128, exactly: as in
+// avx2_detail::ue4m3_half8_div128, each byte's low seven bits are an fp16 exponent and mantissa
+// once shifted (0x7F, the NaN, masked to 0). In registers rather than gathered from the table:
+// on AMD's cores a 16-lane gather costs more than the rest of a tile kernel's mat-vec step.
+template <class Arch>
+QK_AVX512BW_INLINE __m512 ue4m3_half16_div128(__m128i bytes) noexcept
+{
+    const __m256i h = _mm256_cvtepu8_epi16(bytes);
+    const __mmask16 finite = _mm256_cmpneq_epi16_mask(h, _mm256_set1_epi16(0x7f));
+    return _mm512_cvtph_ps(_mm256_maskz_slli_epi16(finite, _mm256_and_si256(h, _mm256_set1_epi16(0x7f)), 7));
+}
+
 // The sub-block scales of four NVFP4 blocks times those of their eight Q8_0 blocks a[0..7]: lane
-// 4i + s for block i, sub-block s. The UE4M3 bytes are converted as in
-// avx2_detail::ue4m3_half8_div128 (fp16 fields, 0x7F masked to 0), sixteen at a time.
+// 4i + s for block i, sub-block s (ue4m3_half16_div128, with the 128 moved onto the activations).
 template <class Arch>
 QK_AVX512BW_INLINE __m512 nvfp4_scales16(const block_nvfp4* x, const block_q8_0* a) noexcept
 {
@@ -364,9 +375,7 @@ QK_AVX512BW_INLINE __m512 nvfp4_scales16(const block_nvfp4* x, const block_q8_0*
     }
     const __m128i bytes = _mm_set_epi64x(static_cast<long long>(d[2] | (std::uint64_t{d[3]} << 32)),
                                          static_cast<long long>(d[0] | (std::uint64_t{d[1]} << 32)));
-    const __m256i h = _mm256_cvtepu8_epi16(bytes);
-    const __mmask16 finite = _mm256_cmpneq_epi16_mask(h, _mm256_set1_epi16(0x7f));
-    const __m512 ue = _mm512_cvtph_ps(_mm256_maskz_slli_epi16(finite, _mm256_and_si256(h, _mm256_set1_epi16(0x7f)), 7));
+    const __m512 ue = ue4m3_half16_div128<Arch>(bytes);
     const __m512 da = _mm512_castps256_ps512(_mm256_mul_ps(scales8<Arch>(a), _mm256_set1_ps(128.0f)));
     return _mm512_mul_ps(ue, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), da));
 }

@@ -17,6 +17,7 @@
 #include "../packed.hpp"
 #include "../prefetch.hpp"
 #include "../target.hpp"
+#include "../dot/avx2.hpp"
 #include "generic.hpp"
 
 #if QK_HAS_X86_KERNELS
@@ -57,14 +58,22 @@ QK_PACKED_AVX2_INLINE __m256i weights(const std::uint8_t* codes, std::size_t k, 
 }
 
 // The weight scales of rows 8h .. 8h + 7 of a block (MXFP4: the halved E8M0 values of e8m0.hpp;
-// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp).
+// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp divided
+// by 128, avx2_detail::ue4m3_half8_div128, which half_group makes up on the activation's scale).
+// Both are built in registers, bit for bit the tables' values: a gather of eight costs more than
+// a mat-vec step on AMD's cores.
 template <class Arch, class Block>
 QK_PACKED_AVX2_INLINE __m256 weight_scales(const std::uint8_t* scales, std::size_t h) noexcept
 {
-    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
-        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * h)));
-        const float* table = std::is_same_v<Block, block_mxfp4> ? e8m0_half_table.data() : ue4m3_half_table.data();
-        return _mm256_i32gather_ps(table, e, 4);
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * h));
+    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+        // e8m0_half_to_fp32: (e - 1) << 23 from e = 2, the subnormals 0x00200000 << e below.
+        const __m256i e = _mm256_cvtepu8_epi32(bytes);
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+    } else if constexpr (std::is_same_v<Block, block_nvfp4>) {
+        return avx2_detail::ue4m3_half8_div128<Arch>(bytes);
     } else {
         return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16 * h)));
     }
@@ -140,6 +149,9 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
     for (std::size_t c = 0; c < N; ++c) {
         float da;
         std::memcpy(&da, entries + 32 * N + 4 * c, sizeof da);
+        if constexpr (std::is_same_v<Block, block_nvfp4>) {
+            da *= 128.0f; // exact, and dw is the scales over 128 (weight_scales): the same product
+        }
         __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(da));
         if constexpr (std::is_same_v<Block, block_iq4_xs>) {
             d = _mm256_mul_ps(rounded<Arch>(d), ls);
