@@ -9,6 +9,8 @@
 #include <qkern.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +87,56 @@ void check_packed_gemm_equals_dot()
 }
 
 } // namespace
+
+// The panel's layout as packed.hpp documents it, field by field: per set of up to eight columns
+// and group of 32 values, qs, scale, the correction of all 32 qs and that of the first 16 (which
+// the AVX-512 NVFP4 tile kernel reads for its sub-blocks), for both activation formats.
+TEST_CASE_TEMPLATE("pack_panel lays out qs, scale and both corrections as documented", Activation, qk::block_q8_0, qk::block_q8_K)
+{
+    constexpr std::size_t groups_per_block = qk::format_traits<Activation>::block_size / 32;
+    const std::size_t blocks = std::is_same_v<Activation, qk::block_q8_0> ? 3 : 1;
+    const std::size_t groups = blocks * groups_per_block;
+    for (std::size_t columns : {1u, 8u, 11u}) {
+        const auto a = qk_inputs::random_blocks<Activation>(blocks * columns, static_cast<std::uint32_t>(40 + columns));
+        std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, columns));
+        qk::pack_panel(a.data(), blocks, columns, panel.data());
+        for (std::size_t column = 0; column < columns; ++column) {
+            const std::size_t c0 = column - column % qk::packed_panel_columns;
+            const std::size_t n = std::min(qk::packed_panel_columns, columns - c0);
+            const std::size_t c = column - c0;
+            for (std::size_t g = 0; g < groups; ++g) {
+                const Activation& block = a[column * blocks + g / groups_per_block];
+                const std::int8_t* qs = block.qs.data() + 32 * (g % groups_per_block);
+                float scale;
+                if constexpr (std::is_same_v<Activation, qk::block_q8_0>) {
+                    scale = qk::fp16_to_fp32(block.d);
+                } else {
+                    scale = block.d;
+                }
+                std::int32_t all = 0;
+                std::int32_t first = 0;
+                for (std::size_t j = 0; j < 32; ++j) {
+                    all += qs[j];
+                    first += j < 16 ? qs[j] : 0;
+                }
+                const std::uint8_t* entry = panel.data() + c0 * groups * qk::packed_entry_bytes + g * n * qk::packed_entry_bytes;
+                float stored_scale;
+                std::int32_t stored_all;
+                std::int32_t stored_first;
+                std::memcpy(&stored_scale, entry + 32 * n + 4 * c, 4);
+                std::memcpy(&stored_all, entry + 36 * n + 4 * c, 4);
+                std::memcpy(&stored_first, entry + 40 * n + 4 * c, 4);
+                CAPTURE(columns);
+                CAPTURE(column);
+                CAPTURE(g);
+                CHECK(std::memcmp(entry + 32 * c, qs, 32) == 0);
+                CHECK(bits(stored_scale) == bits(scale));
+                CHECK(stored_all == -128 * all);
+                CHECK(stored_first == -128 * first);
+            }
+        }
+    }
+}
 
 TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of each row and column, bit for bit", Block, packed_gemm_equals_dot)
 {

@@ -295,10 +295,11 @@ private:
 
 // Quantized activation columns as the tile kernels read them. Columns are taken eight at a time
 // (the last set may be smaller, n columns); for each group of 32 values such a set holds an
-// entry of n * 40 bytes: int8 qs[n][32], float scale[n] (the activation block's d), int32
-// correction[n] (-128 times the sum of the 32 qs: the 8-bit codes are stored biased by +128).
+// entry of n * 44 bytes: int8 qs[n][32], float scale[n] (the activation block's d), int32
+// correction[n] (-128 times the sum of the 32 qs: the 8-bit codes are stored biased by +128),
+// int32 first_half_correction[n] (the same over the first 16 qs: NVFP4 scales each half apart).
 inline constexpr std::size_t packed_panel_columns = 8;
-inline constexpr std::size_t packed_entry_bytes = 40; // per column and group
+inline constexpr std::size_t packed_entry_bytes = 44; // per column and group
 
 namespace detail {
 
@@ -330,33 +331,38 @@ void with_column_count(std::size_t n, F&& f)
 
 namespace detail {
 
-// The qs, scale and correction of group g of one activation row.
+// The qs, scale and corrections of group g of one activation row.
 struct panel_group {
     const std::int8_t* qs;
     float scale;
     std::int32_t correction;
+    std::int32_t first_half_correction;
 };
 
-// The correction is summed from the qs rather than taken from Q8_K's bsums, so that a block whose
-// bsums disagree with its qs gives what the reference (which ignores bsums) gives.
-inline std::int32_t correction(const std::int8_t* qs) noexcept
+// The corrections are summed from the qs rather than taken from Q8_K's bsums, so that a block
+// whose bsums disagree with its qs gives what the reference (which ignores bsums) gives.
+inline std::int32_t correction(const std::int8_t* qs, std::size_t count) noexcept
 {
     std::int32_t sum = 0;
-    for (std::size_t j = 0; j < 32; ++j) {
+    for (std::size_t j = 0; j < count; ++j) {
         sum += qs[j];
     }
     return -128 * sum;
 }
 
+inline panel_group group_of(const std::int8_t* qs, float scale) noexcept
+{
+    return {qs, scale, correction(qs, 32), correction(qs, 16)};
+}
+
 inline panel_group activation_group(const block_q8_0* row, std::size_t g) noexcept
 {
-    return {row[g].qs.data(), fp16_to_fp32(row[g].d), correction(row[g].qs.data())};
+    return group_of(row[g].qs.data(), fp16_to_fp32(row[g].d));
 }
 
 inline panel_group activation_group(const block_q8_K* row, std::size_t g) noexcept
 {
-    const std::int8_t* qs = row[g / 8].qs.data() + 32 * (g % 8);
-    return {qs, row[g / 8].d, correction(qs)};
+    return group_of(row[g / 8].qs.data() + 32 * (g % 8), row[g / 8].d);
 }
 
 } // namespace detail
@@ -374,16 +380,18 @@ void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, st
         const std::size_t stride = n * packed_entry_bytes;
         for (std::size_t c = 0; c < n; ++c) {
             const Activation* row = a + (c0 + c) * blocks;
-            // Three offsets rather than one moving pointer: g++ 12's -O2 on AVX-512 targets
+            // Offsets rather than one moving pointer: g++ 12's -O2 on AVX-512 targets
             // (induction-variable optimisation) sent the stores astray with the latter.
             const std::size_t qs_at = 32 * c;
             const std::size_t scale_at = 32 * n + 4 * c;
             const std::size_t correction_at = 36 * n + 4 * c;
+            const std::size_t first_half_at = 40 * n + 4 * c;
             for (std::size_t g = 0; g < groups; ++g) {
                 const detail::panel_group group = detail::activation_group(row, g);
                 std::memcpy(set + g * stride + qs_at, group.qs, 32);
                 std::memcpy(set + g * stride + scale_at, &group.scale, 4);
                 std::memcpy(set + g * stride + correction_at, &group.correction, 4);
+                std::memcpy(set + g * stride + first_half_at, &group.first_half_correction, 4);
             }
         }
     }

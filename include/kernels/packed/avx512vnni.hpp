@@ -5,8 +5,8 @@
 // broadcast from memory. The +128 bias comes back out through the column's correction, the
 // accumulator's starting value. The float steps are the reference's, lane by lane, unfused.
 // NVFP4's sub-blocks of 16 values (vectors 0 and 1 of a group, then 2 and 3) are summed and
-// scaled one at a time, each from its own correction, which the kernel forms (the panel's is per
-// group of 32).
+// scaled one at a time, each from its own correction (the panel keeps the first half's beside the
+// group's).
 #pragma once
 
 #include <array>
@@ -84,16 +84,6 @@ template <class Arch, class Block>
     }
 }
 
-// -128 times the sum of the 16 activations at p: the bias that one NVFP4 sub-block's +128-biased
-// weights add, as packed.hpp's correction is for a whole group.
-template <class Arch>
-[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline std::int32_t sub_block_correction(const std::uint8_t* p) noexcept
-{
-    const __m128i biased = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), _mm_set1_epi8(static_cast<char>(0x80)));
-    const __m128i sums = _mm_sad_epu8(biased, _mm_setzero_si128());
-    return -128 * (_mm_cvtsi128_si32(sums) + _mm_extract_epi16(sums, 4) - 16 * 128);
-}
-
 // One NVFP4 code group against the N columns of a set: sub-block 2g (vectors 0 and 1), then
 // 2g + 1 (vectors 2 and 3), each flushed with its UE4M3 scales (16 bytes at scales + 16i).
 template <class Arch, std::size_t N>
@@ -106,7 +96,12 @@ template <class Arch, std::size_t N>
         __m512i odd_sum[N];
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < N; ++c) {
-            even_sum[c] = _mm512_set1_epi32(sub_block_correction<Arch>(entries + 32 * c + 16 * i));
+            // The sub-block's bias: the panel's for the group's first 16 values, or the rest of the group's.
+            std::int32_t group;
+            std::int32_t first_half;
+            std::memcpy(&group, entries + 36 * N + 4 * c, sizeof group);
+            std::memcpy(&first_half, entries + 40 * N + 4 * c, sizeof first_half);
+            even_sum[c] = _mm512_set1_epi32(i == 0 ? first_half : group - first_half);
             odd_sum[c] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 2
