@@ -59,11 +59,12 @@ std::size_t bench_bytes()
 
 const std::size_t stream_floats = bench_bytes() / sizeof(float);
 
-const std::vector<float>& stream_array()
+std::span<const float> stream_array()
 {
-    // Written, not just allocated: untouched pages all map the one zero page, which stays cached.
-    static const std::vector<float> values(stream_floats, 1.0f);
-    return values;
+    // qk::backend::cpu's probe buffer: written (untouched pages all map the one zero page, which
+    // stays cached) and in huge pages where the OS grants them.
+    static const qk::backend::cpu::bandwidth_buffer values(stream_floats * sizeof(float));
+    return values.values();
 }
 
 // The loops of qk::backend::cpu::measure_read_bandwidth, timed here by Google Benchmark.
@@ -81,7 +82,7 @@ float sum(const float* p, std::size_t n)
 // Reads the whole array once, split into one contiguous part per thread.
 float stream_pass(thread_pool& pool)
 {
-    const auto& values = stream_array();
+    const auto values = stream_array();
     const std::size_t parts = pool.size();
     std::array<float, max_threads> partial{};
     pool.run(parts, [&](std::size_t part) {
@@ -149,13 +150,17 @@ template <class Block>
 struct weight_set {
     std::size_t blocks_per_matrix = rows * cols / qk::format_traits<Block>::block_size;
     std::size_t copies;
-    std::vector<Block> blocks;
+    // In a large buffer (huge pages where the OS grants them), as the context keeps its copies.
+    qk::detail::large_buffer storage;
+    std::span<Block> blocks;
 
     // only_one: a single copy, to upload from.
     explicit weight_set(bool only_one = false)
         : copies(only_one ? 1 : (bench_bytes() + blocks_per_matrix * sizeof(Block) - 1) / (blocks_per_matrix * sizeof(Block))),
-          blocks(blocks_per_matrix * copies)
+          storage(qk::detail::allocate_large_buffer(blocks_per_matrix * copies * sizeof(Block))),
+          blocks(reinterpret_cast<Block*>(storage.get()), blocks_per_matrix * copies)
     {
+        std::memset(storage.get(), 0, blocks.size_bytes());
         // Random bytes with finite scales: quantizing 58.7 M values with the IQ4 search would take
         // most of a minute, and the kernels' cost does not depend on the values.
         std::mt19937_64 rng(42);
@@ -183,7 +188,7 @@ struct weight_set {
 
     [[nodiscard]] std::span<const Block> matrix(std::size_t copy) const
     {
-        return std::span<const Block>(blocks).subspan(copy % copies * blocks_per_matrix, blocks_per_matrix);
+        return std::span<const Block>(blocks.subspan(copy % copies * blocks_per_matrix, blocks_per_matrix));
     }
 };
 

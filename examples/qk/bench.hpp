@@ -103,11 +103,11 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
     std::vector<measurement> results;
     std::vector<double> bandwidth(opt.threads.size());
     {
-        const std::vector<float> buffer = qk::backend::cpu::make_bandwidth_buffer();
+        const auto buffer = qk::backend::cpu::make_bandwidth_buffer();
         for (std::size_t i = 0; i < opt.threads.size(); ++i) {
             progress.step(fmt::format("streaming read, {} thread(s)", opt.threads[i]));
             qk::backend::cpu::thread_pool pool(opt.threads[i]);
-            bandwidth[i] = qk::backend::cpu::measure_read_bandwidth(pool, buffer);
+            bandwidth[i] = qk::backend::cpu::measure_read_bandwidth(pool, buffer.values());
             results.push_back({"read", "f32", "", opt.threads[i], 0.0, 0.0, bandwidth[i] / 1e9, 1.0});
         }
     }
@@ -139,7 +139,10 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
             const std::size_t copies = std::max<std::size_t>(1, (qk::backend::cpu::streaming_bytes() + matrix_blocks * sizeof(Block) - 1) /
                                                                     (matrix_blocks * sizeof(Block)));
             const auto one = qk_inputs::random_blocks_fixed_scale<Block>(matrix_blocks, 3);
-            std::vector<Block> matrices(copies * matrix_blocks);
+            // In a large buffer (huge pages where the OS grants them), as the CPU context keeps
+            // its weights, and as the bandwidth probe reads.
+            const auto storage = qk::detail::allocate_large_buffer(copies * matrix_blocks * sizeof(Block));
+            const std::span<Block> matrices(reinterpret_cast<Block*>(storage.get()), copies * matrix_blocks);
             for (std::size_t copy = 0; copy < copies; ++copy) {
                 std::copy(one.begin(), one.end(), matrices.begin() + static_cast<std::ptrdiff_t>(copy * matrix_blocks));
             }
@@ -156,7 +159,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
                     progress.step(fmt::format("gemv {} on {}, {} thread(s)", name, qk::arch::name<Tag>(), opt.threads[i]));
                     const double seconds = seconds_per_call(
                         [&] {
-                            const auto matrix = std::span<const Block>(matrices).subspan(next * matrix_blocks, matrix_blocks);
+                            const auto matrix = std::span<const Block>(matrices.subspan(next * matrix_blocks, matrix_blocks));
                             next = (next + 1) % copies;
                             qk::gemv<Block, Tag>(matrix, rows, cols, x, y, pool, std::span<activation>(scratch));
                         },

@@ -21,6 +21,7 @@
 #include "error.hpp"
 #include "formats.hpp"
 #include "fp16.hpp"
+#include "large_buffer.hpp"
 
 namespace qk {
 
@@ -148,10 +149,6 @@ template <class Block>
     }
 }
 
-struct aligned_free {
-    void operator()(std::uint8_t* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
-};
-
 } // namespace detail
 
 // A weight matrix in the packed layout above, owning its bytes: once built, the GGUF rows it was
@@ -188,7 +185,7 @@ public:
         }
         const std::size_t total = tiles_ * tile_bytes_;
         if (total != 0) {
-            bytes_.reset(new (std::align_val_t{64}) std::uint8_t[total]);
+            bytes_ = detail::allocate_large_buffer(total);
             std::memset(bytes_.get(), 0, total);
         }
         for (std::size_t t = 0; t < tiles_; ++t) {
@@ -201,7 +198,7 @@ public:
         : rows_(other.rows_), cols_(other.cols_), blocks_(other.blocks_), tiles_(other.tiles_), tile_bytes_(other.tile_bytes_)
     {
         if (other.bytes_) {
-            bytes_.reset(new (std::align_val_t{64}) std::uint8_t[other.bytes()]);
+            bytes_ = detail::allocate_large_buffer(other.bytes());
             std::memcpy(bytes_.get(), other.bytes_.get(), other.bytes());
         }
     }
@@ -290,7 +287,7 @@ private:
     std::size_t blocks_ = 0;
     std::size_t tiles_ = 0;
     std::size_t tile_bytes_ = 0;
-    std::unique_ptr<std::uint8_t[], detail::aligned_free> bytes_;
+    detail::large_buffer bytes_;
 };
 
 // Quantized activation columns as the tile kernels read them. Columns are taken eight at a time

@@ -15,6 +15,7 @@
 #endif
 
 #include "../../kernels/dispatch.hpp"
+#include "../../kernels/large_buffer.hpp"
 #include "../../kernels/target.hpp"
 #include "thread_pool.hpp"
 
@@ -91,11 +92,28 @@ QK_TARGET_AVX2 inline float sum_avx2(const float* p, std::size_t n) noexcept
     return std::max(std::size_t{1} << 30, 4 * last_level_cache_bytes());
 }
 
-// A buffer for measure_read_bandwidth, streaming_bytes() by default, written so that every page is
-// backed by its own memory (untouched pages all map one shared zero page, which stays in cache).
-[[nodiscard]] inline std::vector<float> make_bandwidth_buffer(std::size_t bytes = streaming_bytes())
+// A buffer for measure_read_bandwidth: floats in a qk::detail::large_buffer (huge pages where the
+// OS grants them, as packed weights get), so that the probe measures the best streaming read, not
+// that of 4 KiB pages.
+class bandwidth_buffer {
+public:
+    explicit bandwidth_buffer(std::size_t bytes) : count_(bytes / sizeof(float)), bytes_(qk::detail::allocate_large_buffer(count_ * sizeof(float)))
+    {
+        // Written so that every page is backed by its own memory (untouched pages all map one
+        // shared zero page, which stays in cache).
+        std::fill_n(reinterpret_cast<float*>(bytes_.get()), count_, 1.0f);
+    }
+    [[nodiscard]] std::span<const float> values() const noexcept { return {reinterpret_cast<const float*>(bytes_.get()), count_}; }
+
+private:
+    std::size_t count_;
+    qk::detail::large_buffer bytes_;
+};
+
+// streaming_bytes() by default.
+[[nodiscard]] inline bandwidth_buffer make_bandwidth_buffer(std::size_t bytes = streaming_bytes())
 {
-    return std::vector<float>(bytes / sizeof(float), 1.0f);
+    return bandwidth_buffer(bytes);
 }
 
 // Bytes per second of the fastest of `passes` full reads of `buffer`, split evenly over the
