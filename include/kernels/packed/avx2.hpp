@@ -58,10 +58,9 @@ QK_PACKED_AVX2_INLINE __m256i weights(const std::uint8_t* codes, std::size_t k, 
 }
 
 // The weight scales of rows 8h .. 8h + 7 of a block (MXFP4: the halved E8M0 values of e8m0.hpp;
-// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp divided
-// by 128, avx2_detail::ue4m3_half8_div128, which half_group makes up on the activation's scale).
-// Both are built in registers, bit for bit the tables' values: a gather of eight costs more than
-// a mat-vec step on AMD's cores.
+// NVFP4, given the scales of one sub-block: the halved UE4M3 values of formats/nvfp4.hpp, from
+// avx2_detail::ue4m3_half8_div128 times 128, exact). Both are built in registers, bit for bit the
+// tables' values: a gather of eight costs more than a mat-vec step on AMD's cores.
 template <class Arch, class Block>
 QK_PACKED_AVX2_INLINE __m256 weight_scales(const std::uint8_t* scales, std::size_t h) noexcept
 {
@@ -73,7 +72,7 @@ QK_PACKED_AVX2_INLINE __m256 weight_scales(const std::uint8_t* scales, std::size
         const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
         return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
     } else if constexpr (std::is_same_v<Block, block_nvfp4>) {
-        return avx2_detail::ue4m3_half8_div128<Arch>(bytes);
+        return _mm256_mul_ps(avx2_detail::ue4m3_half8_div128<Arch>(bytes), _mm256_set1_ps(128.0f));
     } else {
         return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16 * h)));
     }
@@ -149,9 +148,6 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
     for (std::size_t c = 0; c < N; ++c) {
         float da;
         std::memcpy(&da, entries + 32 * N + 4 * c, sizeof da);
-        if constexpr (std::is_same_v<Block, block_nvfp4>) {
-            da *= 128.0f; // exact, and dw is the scales over 128 (weight_scales): the same product
-        }
         __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(da));
         if constexpr (std::is_same_v<Block, block_iq4_xs>) {
             d = _mm256_mul_ps(rounded<Arch>(d), ls);

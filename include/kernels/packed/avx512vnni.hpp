@@ -115,12 +115,12 @@ template <class Arch, std::size_t N>
                 odd_sum[c] = _mm512_dpbusd_epi32(odd_sum[c], odd, broadcast32<Arch>(entries + 32 * c + 8 * m + 4));
             }
         }
-        // The weight scales divided by 128 and the activation's times 128, both exact (powers of
-        // two, and fp16 holds every UE4M3 value over 128): the product is the reference's.
-        const __m512 dw = avx512_detail::ue4m3_half16_div128<Arch>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * i)));
+        // ue4m3_half_table's values: the conversion gives them over 128, and times 128 is exact.
+        const __m512 dw = _mm512_mul_ps(avx512_detail::ue4m3_half16_div128<Arch>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * i))),
+                                        _mm512_set1_ps(128.0f));
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < N; ++c) {
-            const __m512 d = _mm512_mul_ps(dw, _mm512_mul_ps(broadcast_float<Arch>(entries + 32 * N + 4 * c), _mm512_set1_ps(128.0f)));
+            const __m512 d = _mm512_mul_ps(dw, broadcast_float<Arch>(entries + 32 * N + 4 * c));
             const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
             acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
         }
