@@ -63,8 +63,8 @@ std::span<const float> stream_array()
 {
     // qk::backend::cpu's probe buffer: written (untouched pages all map the one zero page, which
     // stays cached) and in huge pages where the OS grants them.
-    static const qk::backend::cpu::bandwidth_buffer values(stream_floats * sizeof(float));
-    return values.values();
+    static const auto values = qk::backend::cpu::make_bandwidth_buffer(stream_floats * sizeof(float));
+    return values.span();
 }
 
 // The loops of qk::backend::cpu::measure_read_bandwidth, timed here by Google Benchmark.
@@ -150,21 +150,20 @@ template <class Block>
 struct weight_set {
     std::size_t blocks_per_matrix = rows * cols / qk::format_traits<Block>::block_size;
     std::size_t copies;
-    // In a large buffer (huge pages where the OS grants them), as the context keeps its copies.
-    qk::detail::large_buffer storage;
-    std::span<Block> blocks;
+    // In a large array (huge pages where the OS grants them), as the context keeps its copies.
+    qk::detail::large_array<Block> blocks;
 
     // only_one: a single copy, to upload from.
     explicit weight_set(bool only_one = false)
         : copies(only_one ? 1 : (bench_bytes() + blocks_per_matrix * sizeof(Block) - 1) / (blocks_per_matrix * sizeof(Block))),
-          storage(qk::detail::allocate_large_buffer(blocks_per_matrix * copies * sizeof(Block))),
-          blocks(reinterpret_cast<Block*>(storage.get()), blocks_per_matrix * copies)
+          blocks(blocks_per_matrix * copies)
     {
-        std::memset(storage.get(), 0, blocks.size_bytes());
+        const std::span<Block> values = blocks.span();
+        std::memset(values.data(), 0, values.size_bytes());
         // Random bytes with finite scales: quantizing 58.7 M values with the IQ4 search would take
         // most of a minute, and the kernels' cost does not depend on the values.
         std::mt19937_64 rng(42);
-        auto* raw = reinterpret_cast<unsigned char*>(blocks.data());
+        auto* raw = reinterpret_cast<unsigned char*>(values.data());
         const std::size_t matrix_bytes = blocks_per_matrix * sizeof(Block);
         for (std::size_t i = 0; i + 8 <= matrix_bytes; i += 8) {
             const std::uint64_t word = rng();
@@ -172,13 +171,13 @@ struct weight_set {
         }
         for (std::size_t b = 0; b < blocks_per_matrix; ++b) {
             if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
-                blocks[b].e = static_cast<std::uint8_t>(118 + b % 16);
+                values[b].e = static_cast<std::uint8_t>(118 + b % 16);
             } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
                 for (std::size_t s = 0; s < 4; ++s) {
-                    blocks[b].d[s] = static_cast<std::uint8_t>(0x28 + (b + s) % 32);
+                    values[b].d[s] = static_cast<std::uint8_t>(0x28 + (b + s) % 32);
                 }
             } else {
-                blocks[b].d = qk::fp32_to_fp16(1e-3f * static_cast<float>(1 + b % 8));
+                values[b].d = qk::fp32_to_fp16(1e-3f * static_cast<float>(1 + b % 8));
             }
         }
         for (std::size_t copy = 1; copy < copies; ++copy) {
@@ -188,7 +187,7 @@ struct weight_set {
 
     [[nodiscard]] std::span<const Block> matrix(std::size_t copy) const
     {
-        return std::span<const Block>(blocks.subspan(copy % copies * blocks_per_matrix, blocks_per_matrix));
+        return blocks.span().subspan(copy % copies * blocks_per_matrix, blocks_per_matrix);
     }
 };
 

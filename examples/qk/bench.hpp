@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -107,7 +108,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
         for (std::size_t i = 0; i < opt.threads.size(); ++i) {
             progress.step(fmt::format("streaming read, {} thread(s)", opt.threads[i]));
             qk::backend::cpu::thread_pool pool(opt.threads[i]);
-            bandwidth[i] = qk::backend::cpu::measure_read_bandwidth(pool, buffer.values());
+            bandwidth[i] = qk::backend::cpu::measure_read_bandwidth(pool, buffer.span());
             results.push_back({"read", "f32", "", opt.threads[i], 0.0, 0.0, bandwidth[i] / 1e9, 1.0});
         }
     }
@@ -141,10 +142,9 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
             const auto one = qk_inputs::random_blocks_fixed_scale<Block>(matrix_blocks, 3);
             // In a large buffer (huge pages where the OS grants them), as the CPU context keeps
             // its weights, and as the bandwidth probe reads.
-            const auto storage = qk::detail::allocate_large_buffer(copies * matrix_blocks * sizeof(Block));
-            const std::span<Block> matrices(reinterpret_cast<Block*>(storage.get()), copies * matrix_blocks);
+            qk::detail::large_array<Block> matrices(copies * matrix_blocks);
             for (std::size_t copy = 0; copy < copies; ++copy) {
-                std::copy(one.begin(), one.end(), matrices.begin() + static_cast<std::ptrdiff_t>(copy * matrix_blocks));
+                std::copy(one.begin(), one.end(), matrices.data() + copy * matrix_blocks);
             }
             std::size_t next = 0;
             std::vector<float> x(cols);
@@ -159,7 +159,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
                     progress.step(fmt::format("gemv {} on {}, {} thread(s)", name, qk::arch::name<Tag>(), opt.threads[i]));
                     const double seconds = seconds_per_call(
                         [&] {
-                            const auto matrix = std::span<const Block>(matrices.subspan(next * matrix_blocks, matrix_blocks));
+                            const auto matrix = std::as_const(matrices).span().subspan(next * matrix_blocks, matrix_blocks);
                             next = (next + 1) % copies;
                             qk::gemv<Block, Tag>(matrix, rows, cols, x, y, pool, std::span<activation>(scratch));
                         },

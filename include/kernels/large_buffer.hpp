@@ -1,5 +1,5 @@
-// qk::detail::large_buffer: memory for the big buffers that are streamed from RAM (packed weights,
-// the read-bandwidth probe's buffer). From 2 MiB up it is aligned to 2 MiB and, on Linux, offered
+// qk::detail::large_array: memory for the big buffers that are streamed from RAM (packed weights,
+// the CPU context's plain rows, the read-bandwidth probe's buffer). From 2 MiB up it is aligned to 2 MiB and, on Linux, offered
 // to transparent huge pages: a thread streaming over 4 KiB pages pays a TLB walk and a prefetcher
 // restart every 4 KiB. On Zen 5, one thread: mat-vec from memory 10-20% faster, and the streaming
 // read itself 35-38 -> 40-44 GB/s. Smaller buffers keep 64-byte alignment and ordinary pages.
@@ -7,8 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
+#include <span>
+#include <type_traits>
+#include <utility>
 
 #if defined(__linux__) && __has_include(<sys/mman.h>)
 #include <sys/mman.h>
@@ -39,5 +43,48 @@ using large_buffer = std::unique_ptr<std::uint8_t[], large_buffer_free>;
 #endif
     return buffer;
 }
+
+// count T (trivially copyable) in a large_buffer, uninitialized until the owner writes them. A
+// value type: copies are deep, moves leave the source empty.
+template <class T>
+class large_array {
+    static_assert(std::is_trivially_copyable_v<T>);
+
+public:
+    large_array() = default;
+    explicit large_array(std::size_t count) : count_(count), bytes_(count != 0 ? allocate_large_buffer(count * sizeof(T)) : nullptr) {}
+    explicit large_array(std::span<const T> values) : large_array(values.size())
+    {
+        if (count_ != 0) {
+            std::memcpy(bytes_.get(), values.data(), values.size_bytes());
+        }
+    }
+    large_array(const large_array& other) : large_array(other.span()) {}
+    large_array(large_array&& other) noexcept : count_(std::exchange(other.count_, 0)), bytes_(std::move(other.bytes_)) {}
+    large_array& operator=(const large_array& other)
+    {
+        if (this != &other) {
+            *this = large_array(other);
+        }
+        return *this;
+    }
+    large_array& operator=(large_array&& other) noexcept
+    {
+        count_ = std::exchange(other.count_, 0);
+        bytes_ = std::move(other.bytes_);
+        return *this;
+    }
+    ~large_array() = default;
+
+    [[nodiscard]] std::size_t size() const noexcept { return count_; }
+    [[nodiscard]] T* data() noexcept { return reinterpret_cast<T*>(bytes_.get()); }
+    [[nodiscard]] const T* data() const noexcept { return reinterpret_cast<const T*>(bytes_.get()); }
+    [[nodiscard]] std::span<T> span() noexcept { return {data(), count_}; }
+    [[nodiscard]] std::span<const T> span() const noexcept { return {data(), count_}; }
+
+private:
+    std::size_t count_ = 0;
+    large_buffer bytes_;
+};
 
 } // namespace qk::detail

@@ -185,8 +185,8 @@ public:
         }
         const std::size_t total = tiles_ * tile_bytes_;
         if (total != 0) {
-            bytes_ = detail::allocate_large_buffer(total);
-            std::memset(bytes_.get(), 0, total);
+            bytes_ = detail::large_array<std::uint8_t>(total);
+            std::memset(bytes_.data(), 0, total);
         }
         for (std::size_t t = 0; t < tiles_; ++t) {
             pack_tile(w, t);
@@ -194,22 +194,8 @@ public:
     }
 
     // A value type: copies are deep (a copy is as large as the original), moves are cheap.
-    packed_matrix(const packed_matrix& other)
-        : rows_(other.rows_), cols_(other.cols_), blocks_(other.blocks_), tiles_(other.tiles_), tile_bytes_(other.tile_bytes_)
-    {
-        if (other.bytes_) {
-            bytes_ = detail::allocate_large_buffer(other.bytes());
-            std::memcpy(bytes_.get(), other.bytes_.get(), other.bytes());
-        }
-    }
-    packed_matrix& operator=(const packed_matrix& other)
-    {
-        if (this != &other) {
-            packed_matrix copy(other);
-            *this = std::move(copy);
-        }
-        return *this;
-    }
+    packed_matrix(const packed_matrix&) = default;
+    packed_matrix& operator=(const packed_matrix&) = default;
     packed_matrix(packed_matrix&&) noexcept = default;
     packed_matrix& operator=(packed_matrix&&) noexcept = default;
     ~packed_matrix() = default;
@@ -217,11 +203,11 @@ public:
     [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
     [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
     [[nodiscard]] std::size_t tiles() const noexcept { return tiles_; }
-    [[nodiscard]] std::size_t bytes() const noexcept { return bytes_ ? tiles_ * tile_bytes_ : 0; }
+    [[nodiscard]] std::size_t bytes() const noexcept { return bytes_.size(); }
 
     [[nodiscard]] packed_tile<Block> tile(std::size_t t) const noexcept
     {
-        const std::uint8_t* base = bytes_.get() + t * tile_bytes_;
+        const std::uint8_t* base = bytes_.data() + t * tile_bytes_;
         return {base, base + blocks_ * packed_traits<Block>::groups_per_block * packed_traits<Block>::code_bytes, blocks_};
     }
 
@@ -229,7 +215,7 @@ private:
     void pack_tile(std::span<const Block> w, std::size_t t)
     {
         using traits = packed_traits<Block>;
-        std::uint8_t* codes = bytes_.get() + t * tile_bytes_;
+        std::uint8_t* codes = bytes_.data() + t * tile_bytes_;
         std::uint8_t* scales = codes + blocks_ * traits::groups_per_block * traits::code_bytes;
         const std::size_t first = t * packed_tile_rows;
         const std::size_t count = std::min(packed_tile_rows, rows_ - first);
@@ -287,7 +273,7 @@ private:
     std::size_t blocks_ = 0;
     std::size_t tiles_ = 0;
     std::size_t tile_bytes_ = 0;
-    detail::large_buffer bytes_;
+    detail::large_array<std::uint8_t> bytes_;
 };
 
 // Quantized activation columns as the tile kernels read them. Columns are taken eight at a time

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,44 +32,23 @@ public:
     {
         if (pack) {
             packed_ = packed_matrix<Block>(w, rows, cols);
-        } else if (!w.empty()) {
-            // In a large buffer, as packed weights are: huge pages stream faster from memory.
-            plain_ = qk::detail::allocate_large_buffer(w.size_bytes());
-            std::memcpy(plain_.get(), w.data(), w.size_bytes());
-            plain_blocks_ = w.size();
+        } else {
+            // In a large array, as packed weights are: huge pages stream faster from memory.
+            plain_ = qk::detail::large_array<Block>(w);
         }
     }
-    matrix(const matrix& other) : rows_(other.rows_), cols_(other.cols_), packed_(other.packed_), plain_blocks_(other.plain_blocks_)
-    {
-        if (other.plain_) {
-            plain_ = qk::detail::allocate_large_buffer(plain_blocks_ * sizeof(Block));
-            std::memcpy(plain_.get(), other.plain_.get(), plain_blocks_ * sizeof(Block));
-        }
-    }
-    matrix(matrix&&) noexcept = default;
-    matrix& operator=(const matrix& other)
-    {
-        if (this != &other) {
-            matrix copy(other);
-            *this = std::move(copy);
-        }
-        return *this;
-    }
-    matrix& operator=(matrix&&) noexcept = default;
-    ~matrix() = default;
     [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
     [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
-    [[nodiscard]] bool is_packed() const noexcept { return !plain_ && packed_.bytes() != 0; }
+    [[nodiscard]] bool is_packed() const noexcept { return plain_.size() == 0 && packed_.bytes() != 0; }
     // The packed copy (empty unless is_packed()), and the plain rows (empty if is_packed()).
     [[nodiscard]] const packed_matrix<Block>& packed() const noexcept { return packed_; }
-    [[nodiscard]] std::span<const Block> blocks() const noexcept { return {reinterpret_cast<const Block*>(plain_.get()), plain_blocks_}; }
+    [[nodiscard]] std::span<const Block> blocks() const noexcept { return plain_.span(); }
 
 private:
     std::size_t rows_;
     std::size_t cols_;
     packed_matrix<Block> packed_;
-    qk::detail::large_buffer plain_;
-    std::size_t plain_blocks_ = 0;
+    qk::detail::large_array<Block> plain_;
 };
 
 class context {

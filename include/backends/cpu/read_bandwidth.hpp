@@ -92,28 +92,15 @@ QK_TARGET_AVX2 inline float sum_avx2(const float* p, std::size_t n) noexcept
     return std::max(std::size_t{1} << 30, 4 * last_level_cache_bytes());
 }
 
-// A buffer for measure_read_bandwidth: floats in a qk::detail::large_buffer (huge pages where the
-// OS grants them, as packed weights get), so that the probe measures the best streaming read, not
-// that of 4 KiB pages.
-class bandwidth_buffer {
-public:
-    explicit bandwidth_buffer(std::size_t bytes) : count_(bytes / sizeof(float)), bytes_(qk::detail::allocate_large_buffer(count_ * sizeof(float)))
-    {
-        // Written so that every page is backed by its own memory (untouched pages all map one
-        // shared zero page, which stays in cache).
-        std::fill_n(reinterpret_cast<float*>(bytes_.get()), count_, 1.0f);
-    }
-    [[nodiscard]] std::span<const float> values() const noexcept { return {reinterpret_cast<const float*>(bytes_.get()), count_}; }
-
-private:
-    std::size_t count_;
-    qk::detail::large_buffer bytes_;
-};
-
-// streaming_bytes() by default.
-[[nodiscard]] inline bandwidth_buffer make_bandwidth_buffer(std::size_t bytes = streaming_bytes())
+// A buffer for measure_read_bandwidth, streaming_bytes() by default, in a qk::detail::large_array
+// (huge pages where the OS grants them, as the CPU context's weights get), so that the probe
+// measures the best streaming read, not that of 4 KiB pages. Written so that every page is backed
+// by its own memory (untouched pages all map one shared zero page, which stays in cache).
+[[nodiscard]] inline qk::detail::large_array<float> make_bandwidth_buffer(std::size_t bytes = streaming_bytes())
 {
-    return bandwidth_buffer(bytes);
+    qk::detail::large_array<float> buffer(bytes / sizeof(float));
+    std::fill_n(buffer.data(), buffer.size(), 1.0f);
+    return buffer;
 }
 
 // Bytes per second of the fastest of `passes` full reads of `buffer`, split evenly over the
