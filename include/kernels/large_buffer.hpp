@@ -1,8 +1,9 @@
 // qk::detail::large_array: memory for the big buffers that are streamed from RAM (packed weights,
-// the CPU context's plain rows, the read-bandwidth probe's buffer). From 2 MiB up it is aligned to 2 MiB and, on Linux, offered
-// to transparent huge pages: a thread streaming over 4 KiB pages pays a TLB walk and a prefetcher
-// restart every 4 KiB. On Zen 5, one thread: mat-vec from memory 10-20% faster, and the streaming
-// read itself 35-38 -> 40-44 GB/s. Smaller buffers keep 64-byte alignment and ordinary pages.
+// the CPU context's plain rows, the read-bandwidth probe's buffer). From 2 MiB up it is aligned to
+// 2 MiB and, on Linux, offered to transparent huge pages: a thread streaming over 4 KiB pages pays
+// a TLB walk and a prefetcher restart every 4 KiB. On Zen 5, one thread, the streaming read went
+// from 35-38 to 40-44 GB/s; mat-vec from memory from -8% to +20% per format and run (a noisy host).
+// Smaller buffers keep 64-byte alignment and ordinary pages.
 #pragma once
 
 #include <cstddef>
