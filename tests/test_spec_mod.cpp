@@ -2,11 +2,13 @@
 // `ngram-mod` (its hash, a vector pool, the chunked adds and the walk), on every draft over
 // random and text-like sequences with appends, cuts and regrowth, with one pool shared by two
 // drafters, tiny pools whose collisions are worked out by hand, and errors; and
-// qk::spec::drafter_selection with scripted drafters (choices and statistics worked out by hand)
-// and with real drafters under replay.
+// qk::spec::drafter_selection with scripted drafters (choices, scores and statistics worked out by
+// hand), with drafters of known quality against a reference of its rule, and with real drafters
+// under replay.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -623,61 +625,131 @@ struct no_hook : scripted {};
 
 } // namespace
 
-TEST_CASE("drafter_selection: choices and statistics on a scripted run, by hand")
+TEST_CASE("drafter_selection: choices, scores and statistics on a scripted run, by hand")
 {
     using qk::spec::drafter_selection;
-    two_count_hook a;
-    one_count_hook b;
-    no_hook c;
-    a.script = {{1, 2}, {1, 2}, {1}, {}, {5, 5}, {}, {1, 1, 1}};
-    b.script = {{3, 4, 5}, {3, 4, 5, 6, 7}, {3, 4, 5, 6, 7, 8, 9}, {1, 2}, {}, {}, {2, 2, 2}};
-    c.script = {{}, {}, {}, {9, 9, 9, 9}, {5, 5}, {}, {}};
-    drafter_selection selection{a, b, c};
-    static_assert(qk::spec::history_drafter<decltype(selection)>);
-    token_history history;
-    const auto step = [&](const tokens& expected, std::size_t chosen) {
-        history.push_back(0);
-        CHECK(shown{selection.draft(history, 0)} == shown{expected});
-        CHECK(selection.chosen() == chosen);
-    };
-    // 1: nothing verified yet, every rate is the prior 1: A 2, B 3 -> B. 1 of 3 accepted.
-    step({3, 4, 5}, 1);
-    selection.accept(1, 3);
-    CHECK(selection.expected_acceptance(1) == doctest::Approx(1.0 / 3));
-    // 2: A 1 x 2 = 2, B 1/3 x 5 = 1.67 -> A. All accepted.
-    step({1, 2}, 0);
-    selection.accept(2, 2);
-    // 3: A 1 x 1, B 1/3 x 7 = 2.33 -> B. None accepted (one-count form: all 7 verified).
-    step({3, 4, 5, 6, 7, 8, 9}, 1);
-    selection.accept(0);
-    // 4: B 1/10 x 2 = 0.2, C untried 1 x 4 -> C, which has no hook. All accepted.
-    step({9, 9, 9, 9}, 2);
-    selection.accept(4, 4);
-    // 5: A 1 x 2, C 1 x 2: a tie, the first drafter. No feedback.
-    step({5, 5}, 0);
-    // 6: no drafter proposes: nothing, and feedback without a draft changes nothing.
-    step({}, drafter_selection<two_count_hook, one_count_hook, no_hook>::none);
-    selection.accept(3, 3);
-    // 7: A 1 x 3, B 1/10 x 3 -> A. Its first 2 verified, 1 accepted.
-    step({1, 1, 1}, 0);
-    selection.accept(1, 2);
-    CHECK(selection.chosen() == selection.none);
+    using qk::spec::drafter_statistics;
+    // A continues a draft after one that was rejected, so that the third call tells a history that
+    // continued as the feedback said from one regenerated in between.
+    for (const bool regenerated : {false, true}) {
+        CAPTURE(regenerated);
+        two_count_hook a;
+        one_count_hook b;
+        no_hook c;
+        a.script = {{2, 3, 4}, {5, 6, 7, 8}, {3, 3, 5}, {}};
+        b.script = {{2, 3}, {4, 4}, {3, 3}, {}};
+        c.script = {{7}, {5}, {}, {}};
+        drafter_selection selection{a, b, c};
+        static_assert(qk::spec::history_drafter<decltype(selection)>);
+        token_history history(tokens{10, 11});
 
-    const auto& s = selection.statistics();
-    CHECK(s[0] == qk::spec::drafter_statistics{5, 3, 2, 4, 3});
-    CHECK(s[1] == qk::spec::drafter_statistics{5, 2, 2, 10, 1});
-    CHECK(s[2] == qk::spec::drafter_statistics{2, 1, 1, 4, 4});
-    CHECK(s[0].acceptance_rate() == 0.75);
-    // Each drafter drafted on every call, following the history; only the chosen heard back, in
-    // the form it has.
-    for (const auto* d : {static_cast<const scripted*>(&selection.drafter<0>()), static_cast<const scripted*>(&selection.drafter<1>()),
-                          static_cast<const scripted*>(&selection.drafter<2>())}) {
-        CHECK(d->history_lengths == std::vector<std::size_t>{1, 2, 3, 4, 5, 6, 7});
+        // 1: nothing judged yet, every rate is the prior 1: gains A 3, B 2, C 1 -> A. The target
+        // takes 2, then 9: 1 of 3 accepted.
+        CHECK(shown{selection.draft(history, 1)} == shown{{2, 3, 4}});
+        CHECK(selection.chosen() == 0u);
+        selection.accept(1, 3);
+        CHECK(selection.chosen() == selection.none);
+        history.append(tokens{1, 2});
+        // 2 (sampled 9). Scored: A 2 then 3 where 3 was rejected; B the same; C 7 where 2 was
+        // accepted. Rates A 1/2, B 1/2, C 0: gains A .5+.25+.125+.0625, B .5+.25, C 0 -> A. The
+        // target takes 4 instead of 5: none accepted.
+        CHECK(shown{selection.draft(history, 9)} == shown{{5, 6, 7, 8}});
+        CHECK(selection.expected_acceptance(0) == 0.5);
+        CHECK(selection.expected_acceptance(1) == 0.5);
+        CHECK(selection.expected_acceptance(2) == 0.0);
+        CHECK(selection.expected_gain(0, 4) == 0.9375);
+        CHECK(selection.expected_gain(1, 2) == 0.75);
+        CHECK(selection.chosen() == 0u);
+        selection.accept(0);
+        history.push_back(9);
+        // 3 (sampled 4). Scored: A and C drafted the rejected 5; B drafted 4, the target's token,
+        // known because the history grew by exactly the sampled token: one match, then nothing
+        // judged. Rates A 1/3, B 2/3: gains A 1/3+1/9+1/27, B 2/3+4/9 -> B, never chosen before.
+        // All of it accepted.
+        CHECK(shown{selection.draft(history, 4)} == shown{{3, 3}});
+        CHECK(selection.expected_acceptance(1) == doctest::Approx(2.0 / 3));
+        CHECK(selection.expected_gain(0, 3) < selection.expected_gain(1, 2));
+        CHECK(selection.chosen() == 1u);
+        selection.accept(2);
+        if (regenerated) { // cut back and regrown: the same length, the last token another
+            history.append(tokens{4, 3, 3});
+            history.cut(5);
+            history.append(tokens{4, 3, 8});
+        } else {
+            history.append(tokens{4, 3, 3});
+        }
+        // 4 (sampled 5): A's 3 3 matched the accepted tokens; its 5 is the target's next token only
+        // when the history continued as the feedback said. Nobody drafts; feedback without a draft
+        // changes nothing.
+        CHECK(selection.draft(history, 5).empty());
+        CHECK(selection.chosen() == selection.none);
+        selection.accept(3, 3);
+
+        const auto& s = selection.statistics();
+        //                                drafts chosen verified drafted accepted scored matched mismatched
+        CHECK(s[0] == drafter_statistics{3, 2, 2, 7, 1, 3, regenerated ? 3u : 4u, 2});
+        CHECK(s[1] == drafter_statistics{3, 1, 1, 2, 2, 3, 4, 1});
+        CHECK(s[2] == drafter_statistics{2, 0, 0, 0, 0, 2, 0, 2});
+        CHECK(s[0].acceptance_rate() == 1.0 / 7);
+        // Each drafter drafted on every call, following the history; only the chosen heard back, in
+        // the form it has.
+        for (const auto* d : {static_cast<const scripted*>(&selection.drafter<0>()), static_cast<const scripted*>(&selection.drafter<1>()),
+                              static_cast<const scripted*>(&selection.drafter<2>())}) {
+            CHECK(d->history_lengths == std::vector<std::size_t>{2, 4, 5, 8});
+        }
+        CHECK(selection.drafter<0>().accepted == std::vector<std::pair<int, int>>{{1, 3}, {0, 4}});
+        CHECK(selection.drafter<1>().accepted == std::vector<int>{2});
+        // The selection holds copies: the originals were not called.
+        CHECK(a.history_lengths.empty());
     }
-    CHECK(selection.drafter<0>().accepted == std::vector<std::pair<int, int>>{{2, 2}, {1, 2}});
-    CHECK(selection.drafter<1>().accepted == std::vector<int>{1, 0});
-    // The selection holds copies: the originals were not called.
-    CHECK(a.history_lengths.empty());
+}
+
+TEST_CASE("drafter_selection: a rejected token is known to be wrong even when the target's own is not known")
+{
+    two_count_hook a;
+    two_count_hook b;
+    two_count_hook c;
+    a.script = {{1, 2}, {}};
+    b.script = {{1, 2, 3}, {}};
+    c.script = {{1, 5}, {}};
+    qk::spec::drafter_selection selection{a, b, c};
+    token_history history(tokens{0, 0, 0});
+    CHECK(shown{selection.draft(history, 7)} == shown{{1, 2, 3}}); // gains 2, 3, 2
+    selection.accept(1, 2);
+    history.cut(1); // a regeneration: what the target chose after 1 is not in this history
+    history.append(tokens{4, 4});
+    static_cast<void>(selection.draft(history, 9));
+    // A and B drafted the rejected 2 after the accepted 1; C's 5 may or may not be right.
+    CHECK(selection.statistics()[0].matched == 1u);
+    CHECK(selection.statistics()[0].mismatched == 1u);
+    CHECK(selection.statistics()[1].matched == 1u);
+    CHECK(selection.statistics()[1].mismatched == 1u);
+    CHECK(selection.statistics()[2].matched == 1u);
+    CHECK(selection.statistics()[2].mismatched == 0u);
+    CHECK(selection.expected_acceptance(2) == 1.0);
+}
+
+TEST_CASE("drafter_selection: a step without feedback, or after begin(), is scored for nobody")
+{
+    two_count_hook a;
+    two_count_hook b;
+    a.script = {{1, 2}, {1}, {1}};
+    b.script = {{5}, {5}, {5}};
+    qk::spec::drafter_selection selection{a, b};
+    token_history history(tokens{0});
+    static_cast<void>(selection.draft(history, 0)); // A, never reported on
+    history.push_back(0);
+    static_cast<void>(selection.draft(history, 1)); // A again
+    selection.accept(1, 1);
+    selection.begin(history);
+    static_cast<void>(selection.draft(history, 1));
+    for (const auto& s : selection.statistics()) {
+        CHECK(s.scored == 0u);
+        CHECK(s.matched == 0u);
+        CHECK(s.mismatched == 0u);
+        CHECK(s.drafts == 3u);
+    }
+    CHECK(selection.statistics()[0].verified == 1u);
 }
 
 TEST_CASE("drafter_selection: the prior, feedback forms and errors")
@@ -736,6 +808,116 @@ TEST_CASE("drafter_selection: the prior, feedback forms and errors")
         CHECK(selection.chosen() == 0u);
         CHECK_THROWS_AS(drafter_selection(qk::spec::selection_options{1.5}, b), qk::error);
         CHECK_THROWS_AS(drafter_selection(qk::spec::selection_options{-0.1}, b), qk::error);
+    }
+}
+
+namespace {
+
+// Drafts the sequence's true continuation after the sampled token, 0 to 8 tokens of it, each token
+// replaced by another with probability `noise`: a drafter of known quality. What it drafts at a
+// position depends only on the position and its seed, so a reference can ask for the same draft.
+struct noisy_oracle {
+    const tokens* sequence;
+    std::uint64_t seed;
+    double noise;
+
+    [[nodiscard]] tokens at(std::size_t position) const
+    {
+        std::mt19937_64 rng(seed * 1000003u + position);
+        const std::size_t wanted = std::uniform_int_distribution<std::size_t>(0, 8)(rng);
+        tokens out;
+        for (std::size_t k = 0; k < wanted && position + 1 + k < sequence->size(); ++k) {
+            const token t = (*sequence)[position + 1 + k];
+            out.push_back(std::bernoulli_distribution(noise)(rng) ? t + 1 : t);
+        }
+        return out;
+    }
+    tokens draft(const token_history& history, token) const { return at(history.size()); }
+};
+
+} // namespace
+
+TEST_CASE("drafter_selection under replay: choices and every drafter's scores equal a reference written from the header")
+{
+    const tokens sequence = text_like(23, 3000, 0.05);
+    const std::vector<double> noise = {0.6, 0.05, 0.3};
+    for (const std::size_t max_draft : {std::size_t{64}, std::size_t{3}}) {
+        CAPTURE(max_draft);
+        qk::spec::drafter_selection selection{noisy_oracle{&sequence, 1, noise[0]}, noisy_oracle{&sequence, 2, noise[1]},
+                                              noisy_oracle{&sequence, 3, noise[2]}};
+        const std::size_t prompt = 8;
+        const qk::spec::replay_result r = qk::spec::replay(sequence, selection, {prompt, 512, max_draft});
+
+        // The reference: replay's loop, the selection's rule, and the scores read off the sequence
+        // itself (what the target produces) rather than off the chosen draft.
+        std::array<qk::spec::drafter_statistics, 3> expected{};
+        const auto rate = [&](std::size_t i) {
+            const auto& e = expected[i];
+            return e.matched + e.mismatched == 0 ? 1.0 : double(e.matched) / double(e.matched + e.mismatched);
+        };
+        const auto gain = [&](std::size_t i, std::size_t length) {
+            double sum = 0, term = 1;
+            for (std::size_t k = 0; k < length; ++k) {
+                term *= rate(i);
+                sum += term;
+            }
+            return sum;
+        };
+        for (std::size_t pos = prompt; pos + 1 < sequence.size();) {
+            std::array<tokens, 3> drafts;
+            std::size_t best = 3;
+            for (std::size_t i = 0; i < 3; ++i) {
+                drafts[i] = noisy_oracle{&sequence, i + 1, noise[i]}.at(pos);
+                if (drafts[i].empty()) {
+                    continue;
+                }
+                ++expected[i].drafts;
+                if (best == 3 || gain(i, drafts[i].size()) > gain(best, drafts[best].size())) {
+                    best = i;
+                }
+            }
+            if (best == 3) {
+                ++pos;
+                continue;
+            }
+            ++expected[best].chosen;
+            const std::size_t kept = std::min({drafts[best].size(), max_draft, sequence.size() - pos - 2});
+            std::size_t accepted = 0;
+            while (accepted < kept && drafts[best][accepted] == sequence[pos + 1 + accepted]) {
+                ++accepted;
+            }
+            const std::size_t next = pos + 1 + accepted;
+            if (kept > 0) {
+                expected[best].verified += 1;
+                expected[best].drafted += kept;
+                expected[best].accepted += accepted;
+                // Known after the feedback and the next call: the accepted tokens and the next one.
+                if (next + 1 < sequence.size()) {
+                    for (std::size_t i = 0; i < 3; ++i) {
+                        if (drafts[i].empty()) {
+                            continue;
+                        }
+                        ++expected[i].scored;
+                        for (std::size_t k = 0; k < drafts[i].size() && k <= accepted; ++k) {
+                            if (drafts[i][k] != sequence[pos + 1 + k]) {
+                                ++expected[i].mismatched;
+                                break;
+                            }
+                            ++expected[i].matched;
+                        }
+                    }
+                }
+            }
+            pos = next;
+        }
+        for (std::size_t i = 0; i < 3; ++i) {
+            CAPTURE(i);
+            CHECK(selection.statistics()[i] == expected[i]);
+            CHECK(expected[i].scored > 200u);
+        }
+        // The good drafter's rate is its own, whoever was chosen: it won most steps.
+        CHECK(expected[1].chosen > expected[0].chosen + expected[2].chosen);
+        CHECK(r.accepted == expected[0].accepted + expected[1].accepted + expected[2].accepted);
     }
 }
 

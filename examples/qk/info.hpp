@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -174,6 +175,26 @@ inline void print_vulkan_devices()
 #endif
 }
 
+// One line per block format: its GGUF type id, block geometry and, for weights, what its dot
+// product pairs it with (the activation blocks each weight block meets).
+inline void print_formats()
+{
+    bool first = true;
+    qk::block_formats::for_each([&]<class Block>(std::type_identity<Block>) {
+        using traits = qk::format_traits<Block>;
+        std::string pairs = "activations only";
+        if constexpr (qk::weight_format<Block>) {
+            using activation = typename traits::vec_dot_type;
+            const std::size_t n = qk::activation_blocks_per_block<Block>;
+            pairs = fmt::format("dot with {}{}", n == 1 ? "" : fmt::format("{} x ", n), qk::format_traits<activation>::name);
+        }
+        fmt::print("{}{:<7} GGUF type {:>2}, {:>3} values in {:>3} bytes ({:.4g} bits each), {}\n", first ? "  formats        " : "                 ",
+                   traits::name, traits::gguf_type, traits::block_size, traits::bytes, 8.0 * double(traits::bytes) / double(traits::block_size),
+                   pairs);
+        first = false;
+    });
+}
+
 inline void print_info()
 {
     fmt::print("{} (qkern header-only kernels)\n", version_string());
@@ -194,6 +215,7 @@ inline void print_info()
                    "                 (./scripts/try.sh does; CMake: leave QKERN_PORTABLE off, or -DQKERN_NATIVE=ON)\n",
                    best, qk::arch::name<qk::arch::vector_native>());
     }
+    print_formats();
     fmt::print("  threads        {} hardware threads\n", hardware_threads());
     print_vulkan_devices();
 }

@@ -149,7 +149,8 @@ inline int run_spec(const spec_options& opt)
     row("ngram_map (key-only)", qk::spec::ngram_map(key_only));
     row("ngram_mod (llama)", qk::spec::ngram_mod(mod_defaults));
     row("ngram_mod (n, m)", qk::spec::ngram_mod(mod_config));
-    // The selection keeps the draft of the highest expected gain (acceptance rate x length) each step.
+    // The selection keeps the draft of the highest expected gain (expected accepted tokens, from each
+    // drafter's match rate over all its drafts) each step.
     // The suffix drafter drafts up to m tokens, as the others.
     qk::spec::suffix_drafter::config suffix_config{};
     suffix_config.max_draft = opt.m;
@@ -161,8 +162,8 @@ inline int run_spec(const spec_options& opt)
     fmt::print("\n  selection's choices:");
     for (std::size_t i = 0; i < selection.count; ++i) {
         const qk::spec::drafter_statistics& st = selection.statistics()[i];
-        fmt::print("{}\n    {}: {} of {} drafts, {:.1f}% of their tokens accepted", i == 0 ? "" : ";", chosen_names[i], st.chosen, st.drafts,
-                   100.0 * st.acceptance_rate());
+        fmt::print("{}\n    {}: {} of {} drafts, {:.1f}% of their tokens accepted; match rate of all its drafts {:.1f}%",
+                   i == 0 ? "" : ";", chosen_names[i], st.chosen, st.drafts, 100.0 * st.acceptance_rate(), 100.0 * st.match_rate());
     }
     fmt::print("\n");
     fmt::print("\n  accepted: drafted tokens the target accepted; mean len: accepted tokens per draft;\n"

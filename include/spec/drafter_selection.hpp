@@ -1,20 +1,31 @@
 // qk::spec::drafter_selection: several drafters run as one (after llama.cpp PR 22838). Every
 // drafter drafts on every call, so each follows the history, and the draft returned is the one
-// with the highest expected gain: its drafter's acceptance rate times its length. It is itself a
-// drafter (replay, a server loop or another selection can use it).
-//  - a drafter's acceptance rate is accepted / drafted over its drafts that were chosen and
-//    verified (accept() reported); before any of its tokens was verified, prior_acceptance (1 by
-//    default: optimistic, so that each drafter is tried as soon as it proposes something);
-//  - only non-empty drafts compete; ties go to the first drafter in the list. The best draft is
-//    returned even when its expected gain is 0, so a selection of one drafter drafts as that
-//    drafter does;
+// with the highest expected gain. It is itself a drafter (replay, a server loop or another
+// selection can use it).
+//  - Every drafter's draft is scored, not only the chosen one's: once the chosen draft's feedback
+//    came (accept()), each draft of that step is compared, token by token, with what the target
+//    is then known to have produced: the chosen draft's accepted tokens, then its first rejected
+//    token (a draft holding that token there was rejected too) and, when the next call's history
+//    continues exactly as the feedback said (the sampled token and the accepted ones appended,
+//    nothing else changed), the token the target chose after them, which is that call's
+//    `sampled`. A draft's tokens count as matched until its first token that differs from a known
+//    one (one mismatch) or until what is known ends (no mismatch: the rest is not judged).
+//  - A drafter's match rate r is matched / (matched + mismatched) over all its scored drafts, the
+//    maximum-likelihood rate of a geometric acceptance model with censored drafts; before any of
+//    its tokens was judged, prior_acceptance (1 by default: optimistic, so that each drafter is
+//    tried as soon as it proposes something).
+//  - The expected gain of a draft of n tokens is the expected number of them accepted under that
+//    model, r + r^2 + ... + r^n (n when r = 1), rather than llama.cpp's rate x length, which
+//    rates a long draft by its length whatever its rate: a drafter of long, rarely accepted
+//    drafts could win every step. Only non-empty drafts compete; ties go to the first drafter in
+//    the list. The best draft is returned even when its gain is 0, so a selection of one
+//    drafter drafts as that drafter does.
 //  - accept(n_accepted, n_verified) or accept(n_accepted) after a draft adds to the chosen
 //    drafter's statistics and is passed on to it when it has such a hook (the two-count form when
 //    it has one, else the one-count form; accept(n_accepted) passes the draft's length as
 //    n_verified to a drafter with only the two-count form). The drafters not chosen hear nothing,
-//    as llama.cpp's do (their accept sees is_other and returns).
-// A rate is only measured on a drafter's chosen drafts, so a drafter whose first drafts were
-// rejected may not be chosen again while another drafter's gain stays above its own.
+//    as llama.cpp's do (their accept sees is_other and returns). A step without feedback is
+//    scored for no drafter.
 #pragma once
 
 #include <array>
@@ -38,13 +49,22 @@ struct drafter_statistics {
     std::size_t verified = 0; // chosen drafts whose verification was reported (accept())
     std::size_t drafted = 0;  // tokens of those drafts that were verified
     std::size_t accepted = 0; // tokens of those drafts that were accepted
+    // Every draft of a step with feedback, chosen or not, against what the target produced:
+    std::size_t scored = 0;     // drafts scored
+    std::size_t matched = 0;    // their tokens equal to the target's, up to the first that differs
+    std::size_t mismatched = 0; // drafts whose tokens differed from the target's at a known position
 
     [[nodiscard]] double acceptance_rate() const noexcept { return drafted == 0 ? 0.0 : double(accepted) / double(drafted); }
+    // r in the header's model: the chance that a token is accepted once those before it were.
+    [[nodiscard]] double match_rate() const noexcept
+    {
+        return matched + mismatched == 0 ? 0.0 : double(matched) / double(matched + mismatched);
+    }
     bool operator==(const drafter_statistics&) const = default;
 };
 
 struct selection_options {
-    double prior_acceptance = 1.0; // the rate assumed for a drafter none of whose tokens was verified
+    double prior_acceptance = 1.0; // the match rate assumed for a drafter none of whose tokens was judged
 };
 
 template <history_drafter... Drafters>
@@ -66,19 +86,19 @@ public:
 
     [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
     {
+        score_last_step(history, sampled);
         pending_ = none; // a draft never reported on is forgotten
-        std::array<std::vector<std::int32_t>, count> proposals;
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((proposals[I] = std::get<I>(drafters_).draft(history, sampled)), ...);
+            ((proposals_[I] = std::get<I>(drafters_).draft(history, sampled)), ...);
         }(std::make_index_sequence<count>{});
         std::size_t best = none;
         double best_gain = 0;
         for (std::size_t i = 0; i < count; ++i) {
-            if (proposals[i].empty()) {
+            if (proposals_[i].empty()) {
                 continue;
             }
             ++statistics_[i].drafts;
-            const double gain = expected_acceptance(i) * double(proposals[i].size());
+            const double gain = expected_gain(i, proposals_[i].size());
             if (best == none || gain > best_gain) {
                 best = i;
                 best_gain = gain;
@@ -89,8 +109,8 @@ public:
         }
         ++statistics_[best].chosen;
         pending_ = best;
-        pending_length_ = proposals[best].size();
-        return std::move(proposals[best]);
+        step_ = {history.seen(), sampled, 0, 0};
+        return proposals_[best]; // kept for scoring
     }
 
     // Feedback on the last draft: the target verified its first n_verified tokens and accepted
@@ -98,9 +118,10 @@ public:
     // draft's length: qk::error. Without a draft awaiting feedback, nothing happens.
     void accept(std::int32_t n_accepted, std::int32_t n_verified)
     {
-        if (n_accepted < 0 || n_accepted > n_verified || (pending_ != none && std::size_t(n_verified) > pending_length_)) {
+        const std::size_t length = pending_length();
+        if (n_accepted < 0 || n_accepted > n_verified || (pending_ != none && std::size_t(n_verified) > length)) {
             qk::detail::fail("qk::spec::drafter_selection::accept: n_accepted=", n_accepted, ", n_verified=", n_verified,
-                             " for a draft of ", pending_length_, " tokens: needs 0 <= n_accepted <= n_verified <= the draft's length");
+                             " for a draft of ", length, " tokens: needs 0 <= n_accepted <= n_verified <= the draft's length");
         }
         if (pending_ == none) {
             return;
@@ -118,7 +139,7 @@ public:
     // The same when all of the draft was verified.
     void accept(std::int32_t n_accepted)
     {
-        const auto length = static_cast<std::int32_t>(pending_ == none ? 0 : pending_length_);
+        const auto length = static_cast<std::int32_t>(pending_length());
         if (n_accepted < 0 || (pending_ != none && n_accepted > length)) {
             qk::detail::fail("qk::spec::drafter_selection::accept: n_accepted=", n_accepted, " for a draft of ", length,
                              " tokens: needs 0 <= n_accepted <= the draft's length");
@@ -137,10 +158,12 @@ public:
         pending_ = none;
     }
 
-    // Passed on to every drafter that has begin(const token_history&); the statistics carry on.
+    // Passed on to every drafter that has begin(const token_history&); the statistics carry on,
+    // and the last step is scored for no drafter.
     void begin(const token_history& history)
     {
         pending_ = none;
+        scored_ = none;
         std::apply(
             [&](auto&... drafter) {
                 (
@@ -154,11 +177,27 @@ public:
             drafters_);
     }
 
-    // The rate a drafter's expected gain is computed with: its acceptance rate, or the prior.
+    // The match rate a drafter's gain is computed with: its match rate, or the prior.
     [[nodiscard]] double expected_acceptance(std::size_t i) const noexcept
     {
         const drafter_statistics& s = statistics_[i];
-        return s.drafted == 0 ? options_.prior_acceptance : s.acceptance_rate();
+        return s.matched + s.mismatched == 0 ? options_.prior_acceptance : s.match_rate();
+    }
+    // The expected number of accepted tokens of drafter i's draft of `length` tokens: r + r^2 + ...
+    // + r^length, summed in that order (the same bits on every platform).
+    [[nodiscard]] double expected_gain(std::size_t i, std::size_t length) const noexcept
+    {
+        const double r = expected_acceptance(i);
+        if (r == 1.0) {
+            return double(length);
+        }
+        double term = 1.0;
+        double sum = 0.0;
+        for (std::size_t k = 0; k < length && term > 0.0; ++k) {
+            term *= r;
+            sum += term;
+        }
+        return sum;
     }
     [[nodiscard]] const std::array<drafter_statistics, count>& statistics() const noexcept { return statistics_; }
     // The drafter whose draft was returned last and awaits feedback; `none` when none does.
@@ -177,12 +216,71 @@ public:
     }
 
 private:
+    // The step whose drafts are scored at the next call: where the history stood, and the feedback.
+    struct step {
+        token_history::mark mark;
+        std::int32_t sampled = 0;
+        std::int32_t accepted = 0;
+        std::int32_t verified = 0;
+    };
+
+    [[nodiscard]] std::size_t pending_length() const noexcept { return pending_ == none ? 0 : proposals_[pending_].size(); }
+
     void record(std::int32_t n_accepted, std::int32_t n_verified) noexcept
     {
         drafter_statistics& s = statistics_[pending_];
         ++s.verified;
         s.drafted += static_cast<std::size_t>(n_verified);
         s.accepted += static_cast<std::size_t>(n_accepted);
+        step_.accepted = n_accepted;
+        step_.verified = n_verified;
+        scored_ = pending_;
+    }
+
+    // Scores the drafts of the last step with feedback against what the target produced (header).
+    void score_last_step(const token_history& history, std::int32_t sampled) noexcept
+    {
+        const std::size_t chosen = scored_;
+        scored_ = none;
+        if (chosen == none) {
+            return;
+        }
+        const std::vector<std::int32_t>& truth = proposals_[chosen];
+        const auto accepted = static_cast<std::size_t>(step_.accepted);
+        const bool rejected = step_.accepted < step_.verified; // truth[accepted] was not the target's
+        // The target's token after the accepted ones is `sampled` when the history grew by exactly
+        // the last step's sampled token and accepted tokens, and nothing before them changed.
+        const std::size_t before = step_.mark.length;
+        bool next_known = history.size() == before + 1 + accepted && history.unchanged_since(step_.mark) == before &&
+                          history[before] == step_.sampled;
+        for (std::size_t k = 0; next_known && k < accepted; ++k) {
+            next_known = history[before + 1 + k] == truth[k];
+        }
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::vector<std::int32_t>& draft = proposals_[i];
+            if (draft.empty()) {
+                continue;
+            }
+            drafter_statistics& s = statistics_[i];
+            ++s.scored;
+            std::size_t k = 0;
+            while (k < draft.size() && k < accepted && draft[k] == truth[k]) {
+                ++k;
+            }
+            s.matched += k;
+            if (k == draft.size()) {
+                continue;
+            }
+            if (k < accepted || (rejected && draft[k] == truth[k])) {
+                ++s.mismatched;
+            } else if (next_known) {
+                if (draft[k] == sampled) {
+                    ++s.matched;
+                } else {
+                    ++s.mismatched;
+                }
+            }
+        }
     }
 
     template <class Function>
@@ -196,8 +294,10 @@ private:
     std::tuple<Drafters...> drafters_;
     std::array<drafter_statistics, count> statistics_{};
     selection_options options_;
-    std::size_t pending_ = none;    // the drafter whose draft awaits feedback
-    std::size_t pending_length_ = 0; // that draft's length
+    std::array<std::vector<std::int32_t>, count> proposals_; // the last call's drafts
+    std::size_t pending_ = none; // the drafter whose draft was returned last and awaits feedback
+    std::size_t scored_ = none;  // the drafter chosen at the step with feedback, scored at the next call
+    step step_;
 };
 
 template <history_drafter... Drafters>
