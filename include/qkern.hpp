@@ -1,6 +1,6 @@
 // qkern: header-only tensor kernels, token sampling and speculative drafting for LLM inference.
 // Include this one header to get everything that is enabled; each concept also has its own
-// header under kernels/, backends/, sampling/ and spec/ for users who want less.
+// header under kernels/, gguf/, backends/, sampling/ and spec/ for users who want less.
 #pragma once
 
 #define QKERN_VERSION_MAJOR 0
@@ -28,5 +28,6 @@
 #include "kernels/solve_tri.hpp"
 #include "kernels/tensor_view.hpp"
 #include "kernels/tile_product.hpp"
+#include "gguf/gguf.hpp"
 #include "sampling/sampling.hpp"
 #include "spec/spec.hpp"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails on an include that goes up a layer. Layers, lowest first: kernels <- sampling <- spec <-
+# Fails on an include that goes up a layer. Layers, lowest first: kernels <- gguf <- sampling <- spec <-
 # backends; a header may include its own layer and those below. Within backends, backends/gpu (the
 # host code the Vulkan and Metal backends share) is backend-neutral: it includes no other folder
 # of backends/. Only quoted includes between qkern's own headers are checked (the umbrella header
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(cd "${1:-include}" && pwd)
-layers=(kernels sampling spec backends)
+layers=(kernels gguf sampling spec backends)
 
 rank() {
     local i
