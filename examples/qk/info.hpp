@@ -1,22 +1,29 @@
 // qk info: the compiler, the architecture tags, the CPU's features, which tag each kind of kernel
-// runs on, and the Vulkan devices. print_info() also heads `qk tour` and `qk bench`, so tour.hpp
-// and bench.hpp include this header.
+// runs on, the block formats and the Vulkan devices; `qk info FILE.gguf` describes a GGUF file
+// instead (its metadata and its tensors). print_info() also heads `qk tour` and `qk bench`, so
+// tour.hpp and bench.hpp include this header.
 #pragma once
 
 #include "common.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <variant>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 namespace qk_tool {
 
-struct info_options {}; // none; the struct lets main() wire info like every other subcommand
+struct info_options {
+    std::string file; // a GGUF file to describe instead of the build and the CPU
+};
 
 // ---------------------------------------------------------------------------------------------
 // Build and CPU facts that only qk info prints (common.hpp holds those others print too)
@@ -220,13 +227,99 @@ inline void print_info()
     print_vulkan_devices();
 }
 
-inline CLI::App* add_info(CLI::App& app, info_options&)
+// A metadata value in one line: numbers and strings as they are (strings cut at 60 bytes),
+// arrays by their length and element type, with the first few elements.
+inline std::string describe_value(const qk::gguf::value& v)
 {
-    return app.add_subcommand("info", "show the compiler, the architecture tags and the CPU's features");
+    const auto one = []<class T>(const T& x) -> std::string {
+        if constexpr (std::is_same_v<T, std::string>) {
+            return x.size() <= 60 ? fmt::format("\"{}\"", x) : fmt::format("\"{}...\" ({} bytes)", x.substr(0, 60), x.size());
+        } else if constexpr (std::is_same_v<T, bool>) {
+            return x ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>) {
+            return fmt::format("{}", static_cast<int>(x));
+        } else {
+            return fmt::format("{}", x);
+        }
+    };
+    if (!v.is_array()) {
+        return std::visit(one, std::get<qk::gguf::scalar>(v.data));
+    }
+    return std::visit(
+        [&](const auto& values) {
+            std::string out = fmt::format("[{} x {}]", values.size(), qk::gguf::name(v.element_type()));
+            for (std::size_t i = 0; i < values.size() && i < 4; ++i) {
+                out += fmt::format("{}{}", i == 0 ? " " : ", ", one(static_cast<typename std::decay_t<decltype(values)>::value_type>(values[i])));
+            }
+            return values.size() > 4 ? out + ", ..." : out;
+        },
+        std::get<qk::gguf::array>(v.data));
 }
 
-inline int run_info(const info_options&)
+inline std::string shape_text(std::span<const std::uint64_t> shape)
 {
+    std::string out;
+    for (const std::uint64_t d : shape) {
+        out += fmt::format("{}{}", out.empty() ? "" : " x ", d);
+    }
+    return out;
+}
+
+// qk info FILE.gguf: the file's header, its metadata (the usual keys first) and a table of its
+// tensors with whether qkern has kernels for each.
+inline void print_gguf(const std::string& path)
+{
+    const qk::gguf::file f(path);
+    fmt::print("{}: GGUF version {}, {} bytes, alignment {}, {} metadata entries, {} tensors, data from byte {}\n", path, f.version(), f.size(),
+               f.alignment(), f.metadata().size(), f.tensors().size(), f.data_offset());
+    std::string architecture;
+    if (const qk::gguf::value* a = f.find("general.architecture"); a != nullptr && !a->is_array() && a->type() == qk::gguf::value_type::string) {
+        architecture = std::get<std::string>(std::get<qk::gguf::scalar>(a->data));
+    }
+    const std::string usual[] = {"general.architecture", "general.name", architecture + ".context_length", "general.file_type",
+                                 "general.quantization_version", "general.alignment"};
+    fmt::print("\n  {:<40} {:<16} {}\n", "metadata", "type", "value");
+    for (const std::string& key : usual) {
+        if (const qk::gguf::value* v = f.find(key)) {
+            fmt::print("  {:<40} {:<16} {}\n", key, v->type_name(), describe_value(*v));
+        }
+    }
+    for (const qk::gguf::metadata_entry& e : f.metadata()) {
+        if (std::ranges::find(usual, e.key) == std::end(usual)) {
+            fmt::print("  {:<40} {:<16} {}\n", e.key, e.value.type_name(), describe_value(e.value));
+        }
+    }
+    fmt::print("\n  {:<40} {:<8} {:>22} {:>14}  {}\n", "tensor", "type", "shape", "bytes", "qkern kernels");
+    std::uint64_t total = 0, with_kernels = 0;
+    for (const qk::gguf::tensor_info& t : f.tensors()) {
+        const std::optional<qk::format> format = qk::gguf::kernel_format(t.type);
+        const bool weight = format && *format != qk::format::q8_K;
+        fmt::print("  {:<40} {:<8} {:>22} {:>14}  {}\n", t.name, t.type_info().name, shape_text(t.shape), t.bytes,
+                   weight   ? "dot, gemv, gemm"
+                   : format ? "activations"
+                   : t.type == qk::gguf::type_f32 || t.type == qk::gguf::type_f16 || t.type == qk::gguf::type_bf16
+                       ? "read as floats"
+                       : "no (bytes only)");
+        total += t.bytes;
+        with_kernels += weight ? t.bytes : 0;
+    }
+    fmt::print("\n  {} tensor bytes, {} ({:.1f}%) in formats qkern has dot products for\n", total, with_kernels,
+               total == 0 ? 0.0 : 100.0 * double(with_kernels) / double(total));
+}
+
+inline CLI::App* add_info(CLI::App& app, info_options& opt)
+{
+    CLI::App* sub = app.add_subcommand("info", "show the compiler, the architecture tags and the CPU's features, or describe a GGUF file");
+    sub->add_option("file", opt.file, "a GGUF file: its metadata and a table of its tensors");
+    return sub;
+}
+
+inline int run_info(const info_options& opt)
+{
+    if (!opt.file.empty()) {
+        print_gguf(opt.file);
+        return 0;
+    }
     print_info();
     return 0;
 }
