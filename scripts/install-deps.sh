@@ -3,7 +3,8 @@
 # Silent when everything is present. Usage: scripts/install-deps.sh [--ci] [--arm]
 #   --ci   adds clang, OpenBLAS and Eigen, which the solve_tri benchmark compares against when it
 #          finds them (so CI compiles those comparisons), and glslc, with which CI regenerates the
-#          embedded shaders to compare them with the checked-in headers
+#          embedded shaders to compare them with the checked-in headers, and clang's libFuzzer
+#          runtime (libclang-rt-14-dev, which Debian 12's clang only recommends) for CI's fuzz stage
 #   --arm  adds the AArch64 cross build that runs under qemu-user (cmake/aarch64-linux-gnu.cmake):
 #          the cross g++, qemu-user, and the arm64 libfmt-dev (the tests and qk link fmt) and
 #          libbenchmark-dev (CI cross-compiles the benchmarks too) through Debian multiarch, which
@@ -16,7 +17,7 @@ packages=(cmake make g++ pkg-config libxsimd-dev libfmt-dev doctest-dev libbench
     libvulkan-dev mesa-vulkan-drivers)
 for option in "$@"; do
     case "$option" in
-        --ci) packages+=(clang libopenblas-dev libeigen3-dev glslc) ;;
+        --ci) packages+=(clang libclang-rt-14-dev libopenblas-dev libeigen3-dev glslc) ;;
         --arm) packages+=(g++-aarch64-linux-gnu qemu-user libfmt-dev:arm64 libxsimd-dev:arm64 libbenchmark-dev:arm64) ;;
         *) echo "usage: $0 [--ci] [--arm]" >&2; exit 2 ;;
     esac

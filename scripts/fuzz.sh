@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds a libFuzzer target with clang (ASan and UBSan, every report fatal) and runs it for a
+# bounded time. Usage: scripts/fuzz.sh TARGET [SECONDS, default 60]. TARGET is the name of the
+# target's source file without its extension: fuzz/TARGET.cpp.
+#
+# The corpus starts from fuzz/TARGET.seeds/ (checked in: small inputs, crashes found earlier
+# included as regression inputs) and, for gguf_file, the valid GGUF files the tests write
+# (tests/test_gguf.cpp with QKERN_GGUF_SEEDS set). What the run adds stays in
+# build-fuzz/TARGET.corpus/ for the next run. A finding (crash, leak, sanitizer report or broken
+# contract) stops the run, fails the script and leaves the input in build-fuzz/ as
+# TARGET-crash-*: add it to fuzz/TARGET.seeds/ once fixed.
+#
+# QKERN_FUZZ_SEED and QKERN_FUZZ_RUNS fix libFuzzer's random seed and the number of inputs tried
+# (SECONDS still bounds the time): CI sets both, so that a run tries the same inputs every time
+# and cannot pass or fail by chance.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+target=${1:?usage: scripts/fuzz.sh TARGET [SECONDS]}
+seconds=${2:-60}
+source=fuzz/$target.cpp
+[[ -f $source ]] || { echo "fuzz: no $source" >&2; exit 2; }
+[[ $seconds =~ ^[0-9]+$ ]] || { echo "fuzz: SECONDS must be a whole number, not '$seconds'" >&2; exit 2; }
+scripts/install-deps.sh --ci # clang and its libFuzzer runtime
+CXX=${CXX:-clang++}
+
+out=build-fuzz
+corpus=$out/$target.corpus
+mkdir -p "$corpus"
+echo "-- building $out/$target ($CXX, -fsanitize=fuzzer,address,undefined)"
+"$CXX" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Wpedantic -Werror \
+    -Iinclude "$source" -o "$out/$target"
+
+seeds=()
+[[ -d fuzz/$target.seeds ]] && seeds+=("fuzz/$target.seeds")
+if [[ $target == gguf_file ]]; then
+    echo "-- seeds: the GGUF files tests/test_gguf.cpp writes"
+    mkdir -p "$out/gguf_file.test-seeds"
+    "$CXX" -std=c++20 -O1 -Iinclude -Itests -DQKERN_GOLDEN_DIR='""' tests/main.cpp tests/test_gguf.cpp -o "$out/gguf_seed_writer"
+    QKERN_GGUF_SEEDS=$out/gguf_file.test-seeds "$out/gguf_seed_writer" --test-case='gguf file: a file assembled*,gguf round trip*' >/dev/null
+    seeds+=("$out/gguf_file.test-seeds")
+fi
+echo "-- fuzzing $target for ${seconds}s from $corpus and ${seeds[*]:-no seeds}"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}:halt_on_error=1
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}:halt_on_error=1
+fixed=()
+[[ -n ${QKERN_FUZZ_SEED-} ]] && fixed+=(-seed="$QKERN_FUZZ_SEED")
+[[ -n ${QKERN_FUZZ_RUNS-} ]] && fixed+=(-runs="$QKERN_FUZZ_RUNS")
+"$out/$target" "$corpus" "${seeds[@]}" "${fixed[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$out/$target-" 2>&1 | { grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' || true; } || {
+    echo "fuzz: $target found a problem; the input is in $out/ ($target-*)" >&2
+    exit 1
+}
