@@ -207,6 +207,26 @@ private:
     std::uint64_t at_ = 0;
 };
 
+// Two entries with the same name, as (earlier, later) indices: found by sorting, since a search
+// per entry would make a file of many entries cost quadratic time.
+template <class Entry, class Name>
+[[nodiscard]] std::optional<std::pair<std::size_t, std::size_t>> duplicate(std::span<const Entry> entries, Name name)
+{
+    std::vector<std::size_t> order(entries.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        order[i] = i;
+    }
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return std::pair(name(entries[a]), a) < std::pair(name(entries[b]), b);
+    });
+    for (std::size_t i = 1; i < order.size(); ++i) {
+        if (name(entries[order[i - 1]]) == name(entries[order[i]])) {
+            return std::pair(order[i - 1], order[i]);
+        }
+    }
+    return std::nullopt;
+}
+
 } // namespace detail
 
 class file {
@@ -477,18 +497,23 @@ inline void file::parse()
     }
 
     metadata_.reserve(static_cast<std::size_t>(n_kv));
+    std::vector<std::uint64_t> key_at; // where each entry starts, for the duplicate check's message
+    key_at.reserve(static_cast<std::size_t>(n_kv));
     for (std::uint64_t i = 0; i < n_kv; ++i) {
         const std::uint64_t at = in.position();
+        key_at.push_back(at);
         std::string key = in.read_string("a metadata key");
         if (key.empty()) {
             fail("metadata entry ", i, " at byte ", at, " has an empty key");
         }
-        if (find(key) != nullptr) {
-            fail("metadata entry ", i, " at byte ", at, ": the key '", key, "' appears twice");
-        }
         const auto type = in.read<std::uint32_t>("a metadata value type");
         gguf::value v = read_value(in, type, key);
         metadata_.push_back({std::move(key), std::move(v)});
+    }
+    const auto key_of = [](const metadata_entry& e) { return std::string_view(e.key); };
+    if (const auto twice = detail::duplicate(std::span<const metadata_entry>(metadata_), key_of)) {
+        fail("metadata entries ", twice->first, " and ", twice->second, " (at bytes ", key_at[twice->first], " and ", key_at[twice->second],
+             ") have the same key '", metadata_[twice->first].key, "'");
     }
     if (const gguf::value* a = find(alignment_key)) {
         if (a->is_array() || a->type() != value_type::uint32) {
@@ -501,15 +526,15 @@ inline void file::parse()
     }
 
     tensors_.reserve(static_cast<std::size_t>(n_tensors));
+    std::vector<std::uint64_t> name_at;
+    name_at.reserve(static_cast<std::size_t>(n_tensors));
     for (std::uint64_t i = 0; i < n_tensors; ++i) {
         const std::uint64_t at = in.position();
+        name_at.push_back(at);
         tensor_info t;
         t.name = in.read_string("a tensor name");
         if (t.name.empty() || t.name.size() > max_tensor_name) {
             fail("tensor ", i, " at byte ", at, ": the name is ", t.name.size(), " bytes, not 1 to ggml's ", max_tensor_name);
-        }
-        if (find_tensor(t.name) != nullptr) {
-            fail("tensor ", i, " at byte ", at, ": the name '", t.name, "' appears twice");
         }
         const std::uint64_t dims_at = in.position();
         const auto dims = in.read<std::uint32_t>("a tensor's dimension count");
@@ -544,6 +569,12 @@ inline void file::parse()
             fail("tensor '", t.name, "': the offset at byte ", offset_at, " is ", t.offset, ", not a multiple of the alignment ", alignment_);
         }
         tensors_.push_back(std::move(t));
+    }
+
+    const auto name_of = [](const tensor_info& t) { return std::string_view(t.name); };
+    if (const auto twice = detail::duplicate(std::span<const tensor_info>(tensors_), name_of)) {
+        fail("tensors ", twice->first, " and ", twice->second, " (at bytes ", name_at[twice->first], " and ", name_at[twice->second],
+             ") have the same name '", tensors_[twice->first].name, "'");
     }
 
     // The data section starts at the next multiple of the alignment (even with no tensors).
