@@ -327,35 +327,46 @@ public:
     }
 
     // An F32, F16 or BF16 tensor as floats (exact: both convert without rounding); another type: qk::error.
-    [[nodiscard]] std::vector<float> floats(std::string_view name) const
+    [[nodiscard]] std::vector<float> floats(std::string_view name) const { return floats(tensor(name)); }
+    [[nodiscard]] std::vector<float> floats(const tensor_info& t) const
     {
-        const tensor_info& t = tensor(name);
-        const std::span<const std::byte> b = bytes(t);
         std::vector<float> out(static_cast<std::size_t>(t.elements()));
+        floats(t, 0, out);
+        return out;
+    }
+    // Values [first, first + out.size()) of an F32, F16 or BF16 tensor, in its memory order, into
+    // out: a part of a tensor too large to convert at once. Outside the tensor, or another type:
+    // qk::error.
+    void floats(const tensor_info& t, std::uint64_t first, std::span<float> out) const
+    {
+        if (first > t.elements() || out.size() > t.elements() - first) {
+            qk::detail::fail("qk::gguf::file::floats: values ", first, "..", first + out.size(), " are outside tensor '", t.name, "' (",
+                             t.elements(), " values)");
+        }
+        const std::byte* b = bytes(t).data();
         switch (t.type) {
         case type_f32:
             if (!out.empty()) {
-                std::memcpy(out.data(), b.data(), b.size());
+                std::memcpy(out.data(), b + 4 * first, 4 * out.size());
             }
             break;
         case type_f16:
             for (std::size_t i = 0; i < out.size(); ++i) {
                 std::uint16_t h;
-                std::memcpy(&h, b.data() + 2 * i, 2);
+                std::memcpy(&h, b + 2 * (first + i), 2);
                 out[i] = qk::fp16_to_fp32(h);
             }
             break;
         case type_bf16:
             for (std::size_t i = 0; i < out.size(); ++i) {
                 std::uint16_t h;
-                std::memcpy(&h, b.data() + 2 * i, 2);
+                std::memcpy(&h, b + 2 * (first + i), 2);
                 out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
             }
             break;
         default:
-            qk::detail::fail("qk::gguf::file::floats: tensor '", name, "' is ", t.type_info().name, ": only f32, f16 and bf16 convert to floats");
+            qk::detail::fail("qk::gguf::file::floats: tensor '", t.name, "' is ", t.type_info().name, ": only f32, f16 and bf16 convert to floats");
         }
-        return out;
     }
 
 private:

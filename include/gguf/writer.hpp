@@ -2,8 +2,11 @@
 // GGUF tensor type) and writes it atomically: into a new temporary file beside the target,
 // renamed over it only once complete, so that an error at any point leaves the target as it was
 // and no partial file behind. Every argument is checked when it is given (qk::error), so that
-// write() can only fail on the file system. Tensor data is aligned to general.alignment (32 by
-// default), padded with zeros, in the order the tensors were added, as ggml writes it.
+// write() can only fail on the file system, or in a tensor's source. Tensor data is aligned to
+// general.alignment (32 by default), padded with zeros, in the order the tensors were added, as
+// ggml writes it. A tensor's bytes are either copied when it is added or produced by a source
+// function while the file is written, one tensor at a time, so that converting a model of many
+// gigabytes needs the memory of its largest tensor, not of the whole file.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -21,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -32,6 +38,9 @@
 #include "value.hpp"
 
 namespace qk::gguf {
+
+// Fills a tensor's bytes (exactly the size its type and shape give) while the file is written.
+using tensor_source = std::function<void(std::span<std::byte> out)>;
 
 class writer {
 public:
@@ -54,12 +63,12 @@ public:
             }
             alignment_ = a;
         }
-        for (metadata_entry& e : metadata_) {
-            if (e.key == key) {
-                e.value = std::move(v);
-                return;
-            }
+        // An index, not a search: set_all() of a file with a million keys stays linear.
+        if (const auto at = key_index_.find(std::string(key)); at != key_index_.end()) {
+            metadata_[at->second].value = std::move(v);
+            return;
         }
+        key_index_.emplace(std::string(key), metadata_.size());
         metadata_.push_back({std::string(key), std::move(v)});
     }
     template <class T>
@@ -87,16 +96,19 @@ public:
     // Removes `key`; whether it was there.
     bool erase(std::string_view key)
     {
-        for (auto it = metadata_.begin(); it != metadata_.end(); ++it) {
-            if (it->key == key) {
-                if (key == alignment_key) {
-                    alignment_ = default_alignment;
-                }
-                metadata_.erase(it);
-                return true;
-            }
+        const auto at = key_index_.find(std::string(key));
+        if (at == key_index_.end()) {
+            return false;
         }
-        return false;
+        if (key == alignment_key) {
+            alignment_ = default_alignment;
+        }
+        metadata_.erase(metadata_.begin() + static_cast<std::ptrdiff_t>(at->second));
+        key_index_.clear();
+        for (std::size_t i = 0; i < metadata_.size(); ++i) {
+            key_index_.emplace(metadata_[i].key, i);
+        }
+        return true;
     }
 
     // Adds a tensor of ggml type `type` and `shape` (ggml order: shape[0] is the row length) with
@@ -105,37 +117,25 @@ public:
     // another size than the shape gives: qk::error.
     void add_tensor(std::string_view name, std::uint32_t type, std::span<const std::uint64_t> shape, std::span<const std::byte> bytes)
     {
-        const tensor_type_info* info = find_tensor_type(type);
-        if (name.empty() || name.size() > max_tensor_name) {
-            qk::detail::fail("qk::gguf::writer::add_tensor: the name '", name, "' is ", name.size(), " bytes: it needs 1 to ", max_tensor_name);
+        pending p = check_tensor(name, type, shape);
+        if (p.info.bytes != bytes.size()) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "' (", p.info.type_info().name, "): the shape gives ", p.info.bytes,
+                             " bytes, ", bytes.size(), " were given");
         }
-        for (const pending& p : tensors_) {
-            if (p.info.name == name) {
-                qk::detail::fail("qk::gguf::writer::add_tensor: a tensor named '", name, "' was already added");
-            }
-        }
-        if (info == nullptr) {
-            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "': type ", type, " is not a GGUF tensor type");
-        }
-        if (shape.empty() || shape.size() > max_dimensions) {
-            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "': ", shape.size(), " dimensions, not 1 to ", max_dimensions);
-        }
-        const std::optional<std::uint64_t> expected = bytes_of(*info, shape);
-        if (!expected) {
-            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "' (", info->name, "): a row of ", shape[0], " values is not a whole number of ",
-                             info->block_size, "-value blocks, or the size exceeds 2^63 - 1 bytes");
-        }
-        if (*expected != bytes.size()) {
-            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "' (", info->name, "): the shape gives ", *expected, " bytes, ", bytes.size(),
-                             " were given");
-        }
-        pending p;
-        p.info.name = std::string(name);
-        p.info.type = type;
-        p.info.shape.assign(shape.begin(), shape.end());
-        p.info.bytes = *expected;
         p.data.assign(bytes.begin(), bytes.end());
-        tensors_.push_back(std::move(p));
+        push(std::move(p));
+    }
+    // The same with bytes that `source` writes when the file is written (bytes() or write()), into
+    // a buffer of exactly the tensor's size. Whatever the source reads must outlive those calls;
+    // an exception from it ends the write, which then leaves no file behind. Checked as above.
+    void add_tensor(std::string_view name, std::uint32_t type, std::span<const std::uint64_t> shape, tensor_source source)
+    {
+        if (!source) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "': the source is empty");
+        }
+        pending p = check_tensor(name, type, shape);
+        p.source = std::move(source);
+        push(std::move(p));
     }
     // The same for blocks of one of qkern's formats.
     template <block_format Block>
@@ -146,6 +146,7 @@ public:
 
     [[nodiscard]] std::span<const metadata_entry> metadata() const noexcept { return metadata_; }
     [[nodiscard]] std::size_t tensor_count() const noexcept { return tensors_.size(); }
+    [[nodiscard]] const tensor_info& tensor(std::size_t i) const { return tensors_.at(i).info; }
     [[nodiscard]] std::uint32_t alignment() const noexcept { return alignment_; }
 
     // The whole file, as write() would write it.
@@ -174,7 +175,13 @@ public:
             qk::detail::fail("qk::gguf::writer::write: cannot create a temporary file beside '", path, "' ('", temporary, "'): ", std::strerror(errno));
         }
         bool ok = true;
-        emit([&](std::span<const std::byte> b) { ok = ok && std::fwrite(b.data(), 1, b.size(), out) == b.size(); });
+        try {
+            emit([&](std::span<const std::byte> b) { ok = ok && std::fwrite(b.data(), 1, b.size(), out) == b.size(); });
+        } catch (...) {
+            std::fclose(out);
+            std::remove(temporary.c_str());
+            throw;
+        }
         const int write_errno = errno;
         ok = std::fclose(out) == 0 && ok; // a full disk may show only when the buffer is flushed
         std::error_code ec;
@@ -191,7 +198,42 @@ private:
     struct pending {
         tensor_info info;
         std::vector<std::byte> data;
+        tensor_source source; // set: data is produced by it, data stays empty
     };
+
+    pending check_tensor(std::string_view name, std::uint32_t type, std::span<const std::uint64_t> shape) const
+    {
+        const tensor_type_info* info = find_tensor_type(type);
+        if (name.empty() || name.size() > max_tensor_name) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: the name '", name, "' is ", name.size(), " bytes: it needs 1 to ", max_tensor_name);
+        }
+        if (names_.contains(std::string(name))) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: a tensor named '", name, "' was already added");
+        }
+        if (info == nullptr) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "': type ", type, " is not a GGUF tensor type");
+        }
+        if (shape.empty() || shape.size() > max_dimensions) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "': ", shape.size(), " dimensions, not 1 to ", max_dimensions);
+        }
+        const std::optional<std::uint64_t> expected = bytes_of(*info, shape);
+        if (!expected) {
+            qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "' (", info->name, "): a row of ", shape[0], " values is not a whole number of ",
+                             info->block_size, "-value blocks, or the size exceeds 2^63 - 1 bytes");
+        }
+        pending p;
+        p.info.name = std::string(name);
+        p.info.type = type;
+        p.info.shape.assign(shape.begin(), shape.end());
+        p.info.bytes = *expected;
+        return p;
+    }
+
+    void push(pending p)
+    {
+        names_.insert(p.info.name);
+        tensors_.push_back(std::move(p));
+    }
 
     template <class Sink>
     void emit(Sink&& sink) const
@@ -260,8 +302,15 @@ private:
         if (!tensors_.empty()) {
             pad();
         }
+        std::vector<std::byte> produced; // reused: the largest source tensor's size
         for (const pending& p : tensors_) {
-            put(p.data.data(), p.data.size());
+            if (p.source) {
+                produced.assign(static_cast<std::size_t>(p.info.bytes), std::byte{0});
+                p.source(std::span<std::byte>(produced));
+                put(produced.data(), produced.size());
+            } else {
+                put(p.data.data(), p.data.size());
+            }
             pad();
         }
     }
@@ -269,6 +318,8 @@ private:
 
     std::vector<metadata_entry> metadata_;
     std::vector<pending> tensors_;
+    std::unordered_set<std::string> names_;
+    std::unordered_map<std::string, std::size_t> key_index_;
     std::uint32_t alignment_ = default_alignment;
 };
 
