@@ -1,12 +1,21 @@
-// qk quantize and qk dequantize: raw little-endian float32 files to and from rows of GGUF blocks,
-// on the kernels qk::dispatch picks for this CPU. The two share their options and their checks,
-// so they share this header; each is still its own subcommand, wired by its own line in main().
+// qk quantize and qk dequantize: GGUF model files converted as a whole (qk::gguf::quantize and
+// dequantize, threaded, with a progress bar), or raw little-endian float32 files to and from rows
+// of GGUF blocks; on the kernels qk::dispatch picks for this CPU. The two share their options and
+// their checks, so they share this header; each is still its own subcommand, wired by its own
+// line in main(). A GGUF input is recognised by its magic, so the two forms need no flag.
 #pragma once
 
 #include "common.hpp"
 #include "files.hpp"
 
+#include <chrono>
 #include <charconv>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <thread>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +25,13 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#define QK_TOOL_ISATTY(f) (isatty(fileno(f)) != 0)
+#else
+#define QK_TOOL_ISATTY(f) false
+#endif
+
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -23,10 +39,12 @@ namespace qk_tool {
 
 struct convert_options {
     std::string type;
-    std::size_t cols = 0;
+    std::size_t cols = 0; // raw files only; 0 when not given
     std::string input;
     std::string output;
-    std::string importance; // quantize only; empty when not given
+    std::string importance; // raw quantize only; empty when not given
+    std::string imatrix;    // GGUF quantize only; empty when not given
+    std::size_t threads = 0; // GGUF only; 0: every hardware thread
 };
 
 template <class Block>
@@ -113,6 +131,150 @@ void dequantize_file(const convert_options& opt)
 }
 
 // ---------------------------------------------------------------------------------------------
+// GGUF model files
+
+// Whether the input starts with GGUF's magic; an input that cannot be opened is an error here,
+// before the answer picks which form's options to demand.
+inline bool is_gguf_file(const std::string& path)
+{
+    const file_handle file(std::fopen(path.c_str(), "rb"));
+    if (!file) {
+        fail(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+    }
+    char magic[4] = {};
+    return std::fread(magic, 1, 4, file.get()) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+// One line per tensor as it is written: rewritten in place on a terminal, one after another in a
+// log, where carriage returns would pile up.
+class conversion_progress {
+public:
+    conversion_progress(const qk::gguf::file& in, std::size_t tensors) : in_(in), total_(tensors), terminal_(QK_TOOL_ISATTY(stderr))
+    {
+        for (const qk::gguf::tensor_info& t : in.tensors()) {
+            bytes_total_ += t.bytes;
+        }
+    }
+    conversion_progress(const conversion_progress&) = delete;
+    conversion_progress& operator=(const conversion_progress&) = delete;
+    ~conversion_progress()
+    {
+        if (terminal_ && done_ > 0) {
+            fmt::print(stderr, "\n");
+        }
+    }
+
+    void operator()(const qk::gguf::conversion& c)
+    {
+        const qk::gguf::tensor_info& t = in_.tensors()[c.index];
+        const double fraction = bytes_total_ == 0 ? 1.0 : static_cast<double>(bytes_done_) / static_cast<double>(bytes_total_);
+        bytes_done_ += t.bytes;
+        ++done_;
+        constexpr int width = 24;
+        const int filled = static_cast<int>(fraction * width);
+        const std::string what = c.to == c.from ? fmt::format("{} copied", qk::gguf::find_tensor_type(c.from)->name)
+                                                : fmt::format("{} -> {}{}", qk::gguf::find_tensor_type(c.from)->name,
+                                                              qk::gguf::find_tensor_type(c.to)->name, c.with_importance ? " (imatrix)" : "");
+        const std::string line = fmt::format("[{}{}] {:3.0f}% [{:>{}}/{}] {:<40} {}", std::string(static_cast<std::size_t>(filled), '#'),
+                                             std::string(static_cast<std::size_t>(width - filled), ' '), 100.0 * fraction, done_,
+                                             fmt::format("{}", total_).size(), total_, t.name, what);
+        if (terminal_) {
+            fmt::print(stderr, "\r{:<110}", line);
+        } else {
+            fmt::print(stderr, "{}\n", line);
+        }
+        std::fflush(stderr);
+    }
+
+private:
+    const qk::gguf::file& in_;
+    std::size_t total_;
+    bool terminal_;
+    std::size_t done_ = 0;
+    std::uint64_t bytes_total_ = 0;
+    std::uint64_t bytes_done_ = 0;
+};
+
+inline std::string mebibytes(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+// Runs the conversion's write with a pool of opt.threads and reports it.
+inline void write_conversion(const convert_options& opt, const qk::gguf::file& in, const qk::gguf::model_conversion& conversion,
+                             std::string_view verb, double seconds_before)
+{
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    conversion.out.write(opt.output);
+    const double seconds = std::chrono::duration<double>(clock::now() - start).count() + seconds_before;
+    std::error_code ec;
+    const std::uintmax_t written = std::filesystem::file_size(opt.output, ec);
+    fmt::print("qk: {} '{}' ({}, {} tensors, {} of them converted) to '{}' ({}) in {:.2f} s, {:.0f} MB/s of input, {} thread(s)\n", verb,
+               opt.input, mebibytes(in.size()), conversion.tensors.size(), conversion.converted, opt.output,
+               ec ? std::string("size unknown") : mebibytes(written), seconds, static_cast<double>(in.size()) / seconds / 1e6,
+               opt.threads);
+    for (const qk::gguf::conversion& c : conversion.tensors) {
+        if (!c.note.empty()) {
+            fmt::print("  {}: {}\n", in.tensors()[c.index].name, c.note);
+        }
+    }
+}
+
+inline std::size_t threads_or_all(std::size_t threads)
+{
+    return threads != 0 ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+}
+
+inline void quantize_gguf(convert_options opt)
+{
+    if (opt.cols != 0 || !opt.importance.empty()) {
+        fail(fmt::format("'{}' is a GGUF file: --cols and --importance are for raw float files (a GGUF file has its shapes; use --imatrix)",
+                         opt.input));
+    }
+    opt.threads = threads_or_all(opt.threads);
+    const auto start = std::chrono::steady_clock::now();
+    const qk::gguf::file in(opt.input);
+    std::optional<qk::gguf::importance_matrix> importance;
+    if (!opt.imatrix.empty()) {
+        importance.emplace(opt.imatrix);
+    }
+    qk::backend::cpu::thread_pool pool(opt.threads);
+    conversion_progress progress(in, in.tensors().size());
+    qk::gguf::quantize_options options;
+    options.type = qk::parse_format(opt.type);
+    options.importance = importance ? &*importance : nullptr;
+    options.run = [&pool](std::size_t tasks, const std::function<void(std::size_t)>& task) { pool.run(tasks, task); };
+    options.on_tensor = [&progress](const qk::gguf::conversion& c) { progress(c); };
+    const qk::gguf::model_conversion conversion = qk::gguf::quantize(in, options);
+    if (importance && !qk::visit_format(options.type, []<class Block>(std::type_identity<Block>) { return qk::importance_format<Block>; })) {
+        fmt::print(stderr, "qk: note: {} takes no importance weights (as in ggml); --imatrix '{}' is recorded but not used\n",
+                   qk::format_name(options.type), opt.imatrix);
+    }
+    if (conversion.without_importance > 0) {
+        fmt::print(stderr, "qk: note: the importance matrix '{}' has no usable entry for {} tensor(s); they are quantized without\n",
+                   opt.imatrix, conversion.without_importance);
+    }
+    write_conversion(opt, in, conversion, fmt::format("quantized to {}", qk::format_name(options.type)),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+inline void dequantize_gguf(convert_options opt)
+{
+    if (opt.cols != 0 || !opt.type.empty()) {
+        fail(fmt::format("'{}' is a GGUF file: --type and --cols are for raw block files (a GGUF file says each tensor's type and shape)",
+                         opt.input));
+    }
+    opt.threads = threads_or_all(opt.threads);
+    const auto start = std::chrono::steady_clock::now();
+    const qk::gguf::file in(opt.input);
+    qk::backend::cpu::thread_pool pool(opt.threads);
+    conversion_progress progress(in, in.tensors().size());
+    qk::gguf::dequantize_options options;
+    options.run = [&pool](std::size_t tasks, const std::function<void(std::size_t)>& task) { pool.run(tasks, task); };
+    options.on_tensor = [&progress](const qk::gguf::conversion& c) { progress(c); };
+    const qk::gguf::model_conversion conversion = qk::gguf::dequantize(in, options);
+    write_conversion(opt, in, conversion, "dequantized to F32", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Command line
 
 // Checks the text before CLI11 converts it: CLI11 2.1 turns "-5" into a huge std::size_t and
@@ -138,36 +300,65 @@ inline CLI::App* add_convert_command(CLI::App& app, const char* name, const char
                                      const char* input_help, const char* output_help)
 {
     CLI::App* cmd = app.add_subcommand(name, description);
-    cmd->add_option("-t,--type", opt.type, "block format: Q8_0, Q8_K, MXFP4, NVFP4, IQ4_NL or IQ4_XS (any letter case)")->required();
-    cmd->add_option("-c,--cols", opt.cols, "values per row, a multiple of the format's block size (32 or 256)")
-        ->required()
+    cmd->add_option("-c,--cols", opt.cols, "raw files: values per row, a multiple of the format's block size (32, 64 or 256)")
         ->type_name("N")
         ->check(positive_count());
     cmd->add_option("input", opt.input, input_help)->required();
     cmd->add_option("output", opt.output, output_help)->required();
-    cmd->footer("Files are raw and little-endian, with no header: float32 values, or each row's blocks as GGUF\n"
-                "stores them, rows back to back. The output is replaced only when everything succeeded.");
+    cmd->add_option("--threads", opt.threads, "GGUF files: threads to convert with (default: every hardware thread)")
+        ->type_name("N")
+        ->check(positive_count());
     return cmd;
 }
 
 inline CLI::App* add_quantize(CLI::App& app, convert_options& opt)
 {
-    CLI::App* cmd = add_convert_command(app, "quantize", "quantize a raw little-endian float32 file to rows of blocks", opt,
-                                        "raw float32 input file", "output file of blocks");
+    CLI::App* cmd = add_convert_command(app, "quantize", "quantize a GGUF model file, or a raw little-endian float32 file to rows of blocks", opt,
+                                        "GGUF model file, or raw float32 file", "output file: GGUF, or raw blocks");
+    cmd->add_option("-t,--type", opt.type, "block format: Q8_0, MXFP4, IQ4_NL, IQ4_XS or NVFP4 (raw files: also Q8_K; any letter case)")
+        ->required();
+    cmd->add_option("--imatrix", opt.imatrix,
+                    "GGUF files: importance matrix as llama-imatrix writes it (GGUF or legacy .dat), for IQ4_NL and IQ4_XS");
     cmd->add_option("--importance", opt.importance,
-                    "raw float32 file of per-column importance weights, --cols of them (IQ4_NL, IQ4_XS only)");
+                    "raw files: float32 file of per-column importance weights, --cols of them (IQ4_NL, IQ4_XS only)");
+    cmd->footer("A GGUF input (known by its magic) is quantized as llama.cpp's llama-quantize --pure does: every matrix and\n"
+                "expert stack of F32, F16 or BF16 whose name ends in 'weight' (not norms, routers, position embeddings) goes\n"
+                "to --type, byte for byte what ggml_quantize_chunk writes; IQ4_XS rows that are not whole 256-value blocks\n"
+                "take IQ4_NL; the rest is copied. Metadata is kept, general.file_type and general.quantization_version set.\n"
+                "Raw files have no header: float32 values in, each row's blocks as GGUF stores them out, rows back to back;\n"
+                "--cols is then required. The output is replaced only when everything succeeded.");
     return cmd;
 }
 
 inline CLI::App* add_dequantize(CLI::App& app, convert_options& opt)
 {
-    return add_convert_command(app, "dequantize", "dequantize a file of block rows to raw little-endian float32", opt,
-                               "input file of blocks", "raw float32 output file");
+    CLI::App* cmd = add_convert_command(app, "dequantize", "dequantize a GGUF model file to F32, or a raw file of block rows to float32", opt,
+                                        "GGUF model file, or raw file of blocks", "output file: GGUF, or raw float32");
+    cmd->add_option("-t,--type", opt.type, "raw files: block format: Q8_0, Q8_K, MXFP4, NVFP4, IQ4_NL or IQ4_XS (any letter case)");
+    cmd->footer("A GGUF input (known by its magic) has every tensor of qkern's formats, F16 and BF16 written as F32 and the rest\n"
+                "copied. Raw files have no header: each row's blocks as GGUF stores them in, float32 values out; --type and\n"
+                "--cols are then required. The output is replaced only when everything succeeded.");
+    return cmd;
+}
+
+inline void require_raw_options(const convert_options& opt)
+{
+    if (opt.type.empty() || opt.cols == 0) {
+        fail(fmt::format("'{}' is not a GGUF file, so it is read as a raw file, which needs --type and --cols", opt.input));
+    }
+    if (!opt.imatrix.empty() || opt.threads != 0) {
+        fail(fmt::format("'{}' is not a GGUF file: --imatrix and --threads are for GGUF files (raw files take --importance)", opt.input));
+    }
 }
 
 inline int run_quantize(const convert_options& opt)
 {
     require_little_endian();
+    if (is_gguf_file(opt.input)) {
+        quantize_gguf(opt);
+        return 0;
+    }
+    require_raw_options(opt);
     qk::visit_format(qk::parse_format(opt.type), [&]<class Block>(std::type_identity<Block>) { quantize_file<Block>(opt); });
     return 0;
 }
@@ -175,6 +366,11 @@ inline int run_quantize(const convert_options& opt)
 inline int run_dequantize(const convert_options& opt)
 {
     require_little_endian();
+    if (is_gguf_file(opt.input)) {
+        dequantize_gguf(opt);
+        return 0;
+    }
+    require_raw_options(opt);
     qk::visit_format(qk::parse_format(opt.type), [&]<class Block>(std::type_identity<Block>) { dequantize_file<Block>(opt); });
     return 0;
 }
