@@ -1,10 +1,11 @@
 // qk: the qkern command-line tool. `qk tour` (the default) shows what this build and this CPU
 // offer and checks every block format's round trip and dot product on built-in data; `qk info`
-// prints the build and CPU facts alone, or describes a GGUF file; `qk quantize` / `qk dequantize` convert raw float32 files
-// to and from rows of GGUF blocks; `qk bench` times the kernels; `qk solve` times a triangular solve;
-// `qk sample` draws tokens through a sampler chain (qk::sampling) and times each draw; `qk spec`
-// replays a text file, a file of token ids or a built-in sample through the n-gram drafters
-// (qk::spec) and prints what drafting would save.
+// prints the build and CPU facts alone, or describes a GGUF file; `qk quantize` / `qk dequantize`
+// convert GGUF model files, or raw float32 files to and from rows of GGUF blocks; `qk bench` times
+// the kernels, or a GGUF model's mat-vecs; `qk solve` times a triangular solve; `qk sample` draws
+// tokens through a sampler chain (qk::sampling) and times each draw; `qk spec` replays a text
+// file, a file of token ids or a built-in sample through the n-gram drafters (qk::spec) and prints
+// what drafting would save.
 //
 // One translation unit: each subcommand lives in its own header under qk/, which declares its
 // options, `CLI::App* add_<name>(CLI::App&, <name>_options&)` and `int run_<name>(const

@@ -1,7 +1,8 @@
 // qk bench: dot products in cache on every tag this CPU runs, the 14336 x 4096 mat-vec on every
 // thread count against the streaming-read bandwidth, and the prompt-processing product (4096 x
 // 4096 weights times 128 columns, packed where the CPU has tile kernels); or the mat-vec on the
-// Vulkan device. A brief look; bench/ holds the full suites.
+// Vulkan device. A brief look; bench/ holds the full suites. `qk bench FILE.gguf` times the
+// mat-vec over a model's own weights instead (bench_model.hpp, included at the end).
 #pragma once
 
 #include "common.hpp"
@@ -37,6 +38,8 @@ struct bench_options {
     std::string json;
     double seconds = 0.05;
     std::vector<std::size_t> threads{1, 2};
+    bool threads_given = false; // a model file's default is every thread count up to the machine's
+    std::string model;          // a GGUF file: time the mat-vec over its weights (bench_model.hpp)
 };
 
 struct measurement {
@@ -296,21 +299,41 @@ inline void write_benchmarks_json(const std::string& path, const std::vector<mea
     write_file(path, std::span<const char>(text.data(), text.size()));
 }
 
+// Defined in bench_model.hpp, which needs the options and the timing above.
+inline int run_model_bench(const bench_options& opt);
+
 inline CLI::App* add_bench(CLI::App& app, bench_options& opt)
 {
     CLI::App* cmd = app.add_subcommand("bench", "measure the kernels briefly: dot products in cache on every tag this CPU runs, "
                                                 "mat-vec 14336 x 4096 against the streaming-read bandwidth, "
-                                                "gemm 4096 x 4096 times 128 columns in GFLOP/s");
+                                                "gemm 4096 x 4096 times 128 columns in GFLOP/s; or, given a GGUF model file, "
+                                                "the mat-vec over its weights and the tokens/s they allow");
+    cmd->add_option("model", opt.model,
+                    "a GGUF model file: time the mat-vec over each of its 2-D (and 3-D) tensors in a weight format qkern has kernels for, "
+                    "per format and shape and as one token's pass over all of them, on the CPU");
     cmd->add_option("--json", opt.json, "also write the measurements as a JSON array to this file");
     cmd->add_option("--backend", opt.backend, "cpu, or vulkan: the mat-vec on the Vulkan device (QKERN_VULKAN_DEVICE picks one)")
         ->capture_default_str();
-    cmd->add_option("--seconds", opt.seconds, "time budget of one dot measurement (mat-vec and gemm: 4x)")->check(CLI::Range(0.001, 10.0));
-    cmd->add_option("--threads", opt.threads, "thread counts for mat-vec, gemm and bandwidth")->check(CLI::Range(1, 1024));
+    cmd->add_option("--seconds", opt.seconds, "time budget of one dot measurement (mat-vec, gemm, a model's groups and passes: 4x)")->check(CLI::Range(0.001, 10.0));
+    CLI::Option* threads =
+        cmd->add_option("--threads", opt.threads, "thread counts for mat-vec, gemm and bandwidth (default: 1 2; with a model file: 1, 2, 4, ... "
+                                                  "and this machine's hardware threads)")
+            ->check(CLI::Range(1, 1024));
+    cmd->callback([&opt, threads] { opt.threads_given = threads->count() > 0; });
+    cmd->footer("With a model file, each group of tensors of one format and shape is timed in turn (each call reads the next tensor "
+                "of the group) and so is the whole model (one mat-vec over every tensor, in file order, as one token reads them), "
+                "in GB/s and as a fraction of the streaming read; the whole model also as tokens/s, measured and as the "
+                "streaming bandwidth allows (bandwidth / weight bytes). Groups smaller than the streaming read are marked "
+                "\"in cache?\": the caches may serve them, so their fraction can pass 100%. --threads takes every number after it: give the "
+                "file first (qk bench FILE.gguf --threads 1 4) or end the list with --.");
     return cmd;
 }
 
 inline int run_bench(const bench_options& opt)
 {
+    if (!opt.model.empty()) {
+        return run_model_bench(opt);
+    }
     check_backend(opt.backend);
     print_info();
     const auto results = opt.backend == "vulkan" ? run_vulkan_benchmarks(opt) : run_benchmarks(opt);
@@ -323,3 +346,5 @@ inline int run_bench(const bench_options& opt)
 }
 
 } // namespace qk_tool
+
+#include "bench_model.hpp"
