@@ -3,7 +3,9 @@
 // bytes lie inside the input, F32/F16/BF16 tensors convert to as many floats as they have
 // elements, qkern's formats come back as blocks (or qk::error when misaligned in memory), and
 // the writer, given everything the reader found, writes a file that reads back to the same
-// metadata and tensors. Built and run by scripts/fuzz.sh (clang, ASan and UBSan).
+// metadata and tensors. The same bytes also go to qk::gguf::importance_matrix (llama-imatrix's
+// GGUF and legacy forms): refused, or every weight finite and non-negative. Built and run by
+// scripts/fuzz.sh (clang, ASan and UBSan).
 #include <gguf/gguf.hpp>
 
 #include <algorithm>
@@ -74,6 +76,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_accepted(f, input);
     } catch (const qk::error&) {
         // refused, as a bad file should be
+    }
+    try {
+        const qk::gguf::importance_matrix m(input, "(fuzz input)");
+        require(m.size() > 0);
+    } catch (const qk::error&) {
     }
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../kernels/error.hpp"
@@ -29,21 +30,12 @@ public:
     // non-negative: qk::error naming the file and the entry.
     explicit importance_matrix(const std::string& path) : path_(path)
     {
-        detail::mapping bytes(path);
-        const std::span<const std::byte> all = bytes.bytes();
-        if (all.size() >= 4 && std::memcmp(all.data(), "GGUF", 4) == 0) {
-            read_gguf(file(all));
-        } else {
-            read_legacy(all);
-        }
-        for (const auto& [name, weights] : weights_) {
-            for (std::size_t i = 0; i < weights.size(); ++i) {
-                if (!std::isfinite(weights[i]) || weights[i] < 0.0f) {
-                    fail("entry '", name, "' has weight ", weights[i], " at column ", i, "; weights must be finite and non-negative");
-                }
-            }
-        }
+        const detail::mapping bytes(path);
+        read(bytes.bytes());
     }
+    // The same from bytes in memory; `name` stands for the path in messages and in
+    // quantize.imatrix.file.
+    importance_matrix(std::span<const std::byte> bytes, std::string name) : path_(std::move(name)) { read(bytes); }
 
     // The weights for the tensor called `name`: one per column for each of its matrices (a 3-D
     // expert tensor has one set per expert, back to back); nullptr when the file has none.
@@ -59,6 +51,22 @@ public:
     [[nodiscard]] bool legacy() const noexcept { return legacy_; }
 
 private:
+    void read(std::span<const std::byte> all)
+    {
+        if (all.size() >= 4 && std::memcmp(all.data(), "GGUF", 4) == 0) {
+            read_gguf(file(all));
+        } else {
+            read_legacy(all);
+        }
+        for (const auto& [name, weights] : weights_) {
+            for (std::size_t i = 0; i < weights.size(); ++i) {
+                if (!std::isfinite(weights[i]) || weights[i] < 0.0f) {
+                    fail("entry '", name, "' has weight ", weights[i], " at column ", i, "; weights must be finite and non-negative");
+                }
+            }
+        }
+    }
+
     template <class... Parts>
     [[noreturn]] void fail(const Parts&... parts) const
     {
@@ -79,13 +87,19 @@ private:
         }
         constexpr std::string_view sums_suffix = ".in_sum2";
         constexpr std::string_view counts_suffix = ".counts";
+        // By name through a map: a search per entry would be quadratic in a hostile file's tensors.
+        std::unordered_map<std::string_view, const tensor_info*> by_name;
+        for (const tensor_info& t : f.tensors()) {
+            by_name.emplace(t.name, &t);
+        }
         for (const tensor_info& sums : f.tensors()) {
             const std::string_view name = sums.name;
             if (name.size() <= sums_suffix.size() || !name.ends_with(sums_suffix)) {
                 continue;
             }
             const std::string weight(name.substr(0, name.size() - sums_suffix.size()));
-            const tensor_info* counts = f.find_tensor(weight + std::string(counts_suffix));
+            const auto found = by_name.find(weight + std::string(counts_suffix));
+            const tensor_info* counts = found == by_name.end() ? nullptr : found->second;
             if (counts == nullptr) {
                 fail("'", sums.name, "' has no '", weight, counts_suffix, "' beside it");
             }
