@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "test_support.hpp"
@@ -232,6 +234,75 @@ TEST_CASE("Q8_0 and IQ4 scales at the edge of the fp16 range")
     CHECK_NOTHROW((void)qk::quantize<qk::block_q8_K>(std::span<const float>(big)));
     CHECK_NOTHROW((void)qk::quantize<qk::block_mxfp4>(std::span<const float>(big)));
     CHECK_NOTHROW((void)qk::quantize<qk::block_nvfp4>(std::span<const float>(big)));
+}
+
+// The producers' search, written out: every one of the 16 codes tried in order, the first of the
+// nearest kept.
+unsigned nearest_code_by_search(float v, float d)
+{
+    unsigned best = 0;
+    float best_error = std::fabs(qk::detail::rounded(static_cast<float>(qk::mxfp4_values[0]) * d) - v);
+    for (unsigned code = 1; code < 16; ++code) {
+        const float error = std::fabs(qk::detail::rounded(static_cast<float>(qk::mxfp4_values[code]) * d) - v);
+        if (error < best_error) {
+            best = code;
+            best_error = error;
+        }
+    }
+    return best;
+}
+
+TEST_CASE("E2M1 codes: the magnitude search gives the 16-code search's code, ties and signed zeros included")
+{
+    // Scales: MXFP4's powers of two (the subnormal 2^-128 and 2^-127 among them) and NVFP4's
+    // UE4M3 halves, plus arbitrary floats. Values: random, exactly on the decoded values, exactly
+    // between two of them (the ties), one ulp either side of those, and both zeros.
+    std::vector<float> scales;
+    for (int e = 0; e < 255; e += 3) {
+        scales.push_back(qk::e8m0_half_to_fp32(static_cast<std::uint8_t>(e)));
+    }
+    for (int byte = 0; byte < 0x7f; ++byte) {
+        scales.push_back(qk::ue4m3_half_to_fp32(static_cast<std::uint8_t>(byte)));
+    }
+    std::mt19937 engine(5);
+    std::uniform_real_distribution<float> uniform(1e-3f, 10.0f);
+    for (int i = 0; i < 40; ++i) {
+        scales.push_back(uniform(engine));
+    }
+    std::size_t checked = 0;
+    for (const float d : scales) {
+        std::vector<float> values = {0.0f, -0.0f};
+        for (int m = 0; m < 8; ++m) {
+            const float p = qk::detail::rounded(static_cast<float>(qk::mxfp4_values[static_cast<std::size_t>(m)]) * d);
+            const float q = m < 7 ? qk::detail::rounded(static_cast<float>(qk::mxfp4_values[static_cast<std::size_t>(m + 1)]) * d) : p * 2.0f;
+            const float middle = p + (q - p) / 2.0f;
+            for (const float v : {p, middle, std::nextafter(middle, 0.0f), std::nextafter(middle, q), uniform(engine) * d}) {
+                values.push_back(v);
+                values.push_back(-v);
+            }
+        }
+        // 32 at a time through the MXFP4 form and 16 at a time through the NVFP4 form's helper.
+        while (values.size() % 32 != 0) {
+            values.push_back(d);
+        }
+        for (std::size_t start = 0; start < values.size(); start += 32) {
+            std::array<std::uint8_t, 32> wide;
+            std::array<std::uint8_t, 16> narrow;
+            qk::reference::nearest_e2m1_codes<32>(values.data() + start, d, wide.data());
+            qk::reference::nearest_e2m1_codes<16>(values.data() + start + 16, d, narrow.data());
+            for (std::size_t j = 0; j < 32; ++j) {
+                const float v = values[start + j];
+                CAPTURE(d);
+                CAPTURE(v);
+                REQUIRE(wide[j] == nearest_code_by_search(v, d));
+                if (j >= 16) {
+                    REQUIRE(narrow[j - 16] == nearest_code_by_search(v, d));
+                }
+                ++checked;
+            }
+        }
+    }
+    CHECK(checked > 20000);
 }
 
 TEST_CASE("NVFP4 sub-block scales: clamped at 448, each 16 values on their own")

@@ -3,7 +3,9 @@
 // dequantizer (byte-exact with GGUF producers).
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -39,27 +41,55 @@ struct format_traits<block_mxfp4> {
 
 namespace reference {
 
-// The code whose decoded value is nearest to v at scale d; the first code wins ties.
-QK_STRICT_FP inline unsigned nearest_mxfp4_code(float v, float d) noexcept
+// code[j] = the E2M1 code whose decoded value rounded(mxfp4_values[code] * d) is nearest to x[j],
+// the first code winning ties, as GGUF producers search all 16 codes (MXFP4 and NVFP4 alike).
+// The same code comes from the 8 magnitudes alone: a negative code's error |-p - v| is the
+// positive one's |p - |v|| for v < 0 (rounding and negation commute), and the codes of the other
+// sign are never nearer than code 0, which comes first (their error fl(p + |v|) is at least |v|,
+// code 0's). So the first nearest magnitude, signed where v < 0 and not zero, is the producers'
+// code; test_quantize.cpp checks it against the 16-code search. Written as a loop over the values
+// per magnitude so that compilers vectorize it.
+template <int N>
+QK_STRICT_FP inline void nearest_e2m1_codes(const float* x, float d, std::uint8_t* code) noexcept
 {
     QK_STRICT_FP_BODY
-    unsigned best = 0;
-    float best_error = std::fabs(detail::rounded(static_cast<float>(mxfp4_values[0]) * d) - v);
-    for (unsigned code = 1; code < 16; ++code) {
-        const float error = std::fabs(detail::rounded(static_cast<float>(mxfp4_values[code]) * d) - v);
-        if (error < best_error) {
-            best = code;
-            best_error = error;
+    std::array<float, 8> value;
+    for (std::size_t m = 0; m < 8; ++m) {
+        value[m] = detail::rounded(static_cast<float>(mxfp4_values[m]) * d);
+    }
+    // The smallest error, then the first magnitude with it as the lowest set bit of a mask; each
+    // step a loop over the values, with nothing to branch on. Keeping the nearer magnitude with a
+    // conditional instead gave GCC branches to make (one per magnitude at -O3, one per sign), and
+    // their mispredictions made the search up to 5x slower.
+    std::array<float, N> a;
+    std::array<float, N> smallest;
+    std::array<std::uint32_t, N> nearest;
+    for (int j = 0; j < N; ++j) {
+        a[j] = std::fabs(x[j]);
+        smallest[j] = a[j];
+        nearest[j] = 0;
+    }
+    for (std::size_t m = 1; m < 8; ++m) {
+        for (int j = 0; j < N; ++j) {
+            smallest[j] = std::min(smallest[j], std::fabs(value[m] - a[j]));
         }
     }
-    return best;
+    for (std::uint32_t m = 0; m < 8; ++m) {
+        for (int j = 0; j < N; ++j) {
+            nearest[j] |= static_cast<std::uint32_t>(std::fabs(value[m] - a[j]) == smallest[j]) << m;
+        }
+    }
+    for (int j = 0; j < N; ++j) {
+        const auto best = static_cast<unsigned>(std::countr_zero(nearest[j]));
+        code[j] = static_cast<std::uint8_t>(best | ((static_cast<unsigned>(x[j] < 0.0f) & static_cast<unsigned>(best != 0)) << 3));
+    }
 }
 
 // The shared exponent is floor(log2f(amax)) - 2 + 127, through single-precision log2f exactly as
 // GGUF producers compute it: just below a power of two log2f rounds up to the integer, so e is one
 // larger than the exact exponent there. Blocks with amax < 2^-125 would give a negative exponent
 // (undefined behaviour in the producers); qkern clamps it to 0, the smallest scale. Each value then
-// takes the code whose decoded value is nearest; the first code wins ties.
+// takes the nearest code (nearest_e2m1_codes).
 QK_STRICT_FP inline void quantize(const float* x, block_mxfp4* y, std::size_t blocks) noexcept
 {
     QK_STRICT_FP_BODY
@@ -67,19 +97,18 @@ QK_STRICT_FP inline void quantize(const float* x, block_mxfp4* y, std::size_t bl
         float amax = 0.0f;
         for (int j = 0; j < 32; ++j) {
             const float a = std::fabs(x[j]);
-            if (amax < a) {
-                amax = a;
-            }
+            amax = amax < a ? a : amax;
         }
         std::uint8_t e = 0;
         if (amax > 0.0f) {
             const float exponent = std::floor(std::log2(amax)) - 2.0f + 127.0f;
             e = exponent > 0.0f ? static_cast<std::uint8_t>(exponent) : std::uint8_t{0};
         }
-        const float d = e8m0_half_to_fp32(e);
+        std::array<std::uint8_t, 32> code;
+        nearest_e2m1_codes<32>(x, e8m0_half_to_fp32(e), code.data());
         y[b].e = e;
         for (int j = 0; j < 16; ++j) {
-            y[b].qs[j] = static_cast<std::uint8_t>(nearest_mxfp4_code(x[j], d) | (nearest_mxfp4_code(x[j + 16], d) << 4));
+            y[b].qs[j] = static_cast<std::uint8_t>(code[j] | (code[j + 16] << 4));
         }
     }
 }

@@ -121,9 +121,10 @@ QK_STRICT_FP inline void quantize(const float* x, block_nvfp4* y, std::size_t bl
             const std::uint8_t scale = fp32_to_ue4m3(amax / 6.0f);
             const float d = ue4m3_half_to_fp32(scale);
             y[b].d[static_cast<std::size_t>(s)] = scale;
+            std::array<std::uint8_t, 16> code;
+            nearest_e2m1_codes<16>(x, d, code.data());
             for (int j = 0; j < 8; ++j) {
-                y[b].qs[static_cast<std::size_t>(8 * s + j)] =
-                    static_cast<std::uint8_t>(nearest_mxfp4_code(x[j], d) | (nearest_mxfp4_code(x[j + 8], d) << 4));
+                y[b].qs[static_cast<std::size_t>(8 * s + j)] = static_cast<std::uint8_t>(code[j] | (code[j + 8] << 4));
             }
         }
     }
