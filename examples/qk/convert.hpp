@@ -195,7 +195,11 @@ private:
     std::uint64_t bytes_done_ = 0;
 };
 
-inline std::string mebibytes(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+inline std::string readable_size(std::uint64_t bytes)
+{
+    const auto b = static_cast<double>(bytes);
+    return bytes < (1u << 20) ? fmt::format("{:.1f} KiB", b / 1024) : bytes < (1u << 30) ? fmt::format("{:.1f} MiB", b / (1 << 20)) : fmt::format("{:.2f} GiB", b / (1 << 30));
+}
 
 // Runs the conversion's write with a pool of opt.threads and reports it.
 inline void write_conversion(const convert_options& opt, const qk::gguf::file& in, const qk::gguf::model_conversion& conversion,
@@ -208,8 +212,8 @@ inline void write_conversion(const convert_options& opt, const qk::gguf::file& i
     std::error_code ec;
     const std::uintmax_t written = std::filesystem::file_size(opt.output, ec);
     fmt::print("qk: {} '{}' ({}, {} tensors, {} of them converted) to '{}' ({}) in {:.2f} s, {:.0f} MB/s of input, {} thread(s)\n", verb,
-               opt.input, mebibytes(in.size()), conversion.tensors.size(), conversion.converted, opt.output,
-               ec ? std::string("size unknown") : mebibytes(written), seconds, static_cast<double>(in.size()) / seconds / 1e6,
+               opt.input, readable_size(in.size()), conversion.tensors.size(), conversion.converted, opt.output,
+               ec ? std::string("size unknown") : readable_size(written), seconds, static_cast<double>(in.size()) / seconds / 1e6,
                opt.threads);
     for (const qk::gguf::conversion& c : conversion.tensors) {
         if (!c.note.empty()) {
