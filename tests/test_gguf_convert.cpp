@@ -558,6 +558,15 @@ TEST_CASE("gguf quantize: bad inputs are qk::error, and a failed write leaves no
     CHECK_THROWS_WITH_AS(static_cast<void>(gguf::quantize(part, {})), doctest::Contains("one part of a split model"), qk::error);
     CHECK_THROWS_AS(static_cast<void>(gguf::dequantize(part)), qk::error);
 
+    // The writer's and the reader's new entry points refuse what they cannot use.
+    gguf::writer w;
+    CHECK_THROWS_WITH_AS(w.add_tensor("x", gguf::type_f32, std::vector<std::uint64_t>{4}, gguf::tensor_source{}),
+                         doctest::Contains("the source is empty"), qk::error);
+    CHECK(w.tensor_count() == 0);
+    std::vector<float> four(4);
+    CHECK_THROWS_WITH_AS(in.floats(in.tensors()[1], 510, four), doctest::Contains("outside tensor 'blk.0.attn_norm.weight'"), qk::error);
+    CHECK_THROWS_AS(gguf::importance_matrix(std::span<const std::byte>(), "empty"), qk::error);
+
     // A NaN in the third row of a weight: found while writing, named, and nothing left behind.
     model[2].tensor.values[2 * 512 + 17] = std::nanf("");
     model_writer(model).write(dir / "nan.gguf");

@@ -64,6 +64,17 @@ struct model_weights {
     [[nodiscard]] std::uint64_t group_bytes(const model_group& g) const { return tensors[g.members.front()].bytes.size() * g.members.size(); }
 };
 
+// Counts `what` in counts, kept in the order things first appear.
+inline void count_one(std::vector<std::pair<std::string, std::size_t>>& counts, std::string what)
+{
+    const auto seen = std::ranges::find(counts, what, &std::pair<std::string, std::size_t>::first);
+    if (seen != counts.end()) {
+        ++seen->second;
+    } else {
+        counts.emplace_back(std::move(what), 1);
+    }
+}
+
 inline std::string count_list(std::span<const std::pair<std::string, std::size_t>> counts)
 {
     std::string out;
@@ -90,14 +101,7 @@ inline model_weights load_model_weights(const std::string& path)
     model_weights m{qk::gguf::file(path), {}, {}, {}, 0};
     // A map, not a search of the groups per tensor: a file of many shapes must not cost quadratic time.
     std::map<std::tuple<qk::format, std::size_t, std::size_t>, std::size_t> group_of;
-    const auto skip = [&](std::string what) {
-        const auto seen = std::ranges::find(m.skipped, what, &std::pair<std::string, std::size_t>::first);
-        if (seen != m.skipped.end()) {
-            ++seen->second;
-        } else {
-            m.skipped.emplace_back(std::move(what), 1);
-        }
-    };
+    const auto skip = [&](std::string what) { count_one(m.skipped, std::move(what)); };
     // A token reads one row of the token embeddings, not the whole matrix, unless the model ties
     // its output to them and so multiplies by them once per token.
     const bool tied_output = m.file.find_tensor("output.weight") == nullptr;
@@ -304,13 +308,7 @@ inline void print_model_benchmarks(const std::string& path, const model_weights&
     const std::string arch(dispatched_tag());
     std::vector<std::pair<std::string, std::size_t>> formats;
     for (const model_tensor& t : m.tensors) {
-        const std::string name(qk::format_name(t.format));
-        const auto seen = std::ranges::find(formats, name, &std::pair<std::string, std::size_t>::first);
-        if (seen != formats.end()) {
-            ++seen->second;
-        } else {
-            formats.emplace_back(name, 1);
-        }
+        count_one(formats, std::string(qk::format_name(t.format)));
     }
     fmt::print("\n  model          {}\n", path);
     fmt::print("  weights        {} tensors in {} groups, {:.2f} GB: {}\n", m.tensors.size(), m.groups.size(), static_cast<double>(m.bytes) / 1e9,

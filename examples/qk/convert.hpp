@@ -149,7 +149,7 @@ inline bool is_gguf_file(const std::string& path)
 // log, where carriage returns would pile up.
 class conversion_progress {
 public:
-    conversion_progress(const qk::gguf::file& in, std::size_t tensors) : in_(in), total_(tensors), terminal_(QK_TOOL_ISATTY(stderr))
+    explicit conversion_progress(const qk::gguf::file& in) : in_(in), total_(in.tensors().size()), terminal_(QK_TOOL_ISATTY(stderr))
     {
         for (const qk::gguf::tensor_info& t : in.tensors()) {
             bytes_total_ += t.bytes;
@@ -201,14 +201,29 @@ inline std::string readable_size(std::uint64_t bytes)
     return bytes < (1u << 20) ? fmt::format("{:.1f} KiB", b / 1024) : bytes < (1u << 30) ? fmt::format("{:.1f} MiB", b / (1 << 20)) : fmt::format("{:.2f} GiB", b / (1 << 30));
 }
 
-// Runs the conversion's write with a pool of opt.threads and reports it.
-inline void write_conversion(const convert_options& opt, const qk::gguf::file& in, const qk::gguf::model_conversion& conversion,
-                             std::string_view verb, double seconds_before)
+inline std::size_t threads_or_all(std::size_t threads)
+{
+    return threads != 0 ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+}
+
+// What quantize and dequantize share: the input opened, a pool of --threads and the progress line
+// handed to the library as its conversion options, then the write, timed from the start, and a
+// report. convert(in, options) returns the conversion; verb says what it did.
+template <class Convert>
+void convert_gguf(convert_options opt, std::string_view verb, Convert&& convert)
 {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
+    opt.threads = threads_or_all(opt.threads);
+    const qk::gguf::file in(opt.input);
+    qk::backend::cpu::thread_pool pool(opt.threads);
+    conversion_progress progress(in);
+    qk::gguf::conversion_options options;
+    options.run = [&pool](std::size_t tasks, const std::function<void(std::size_t)>& task) { pool.run(tasks, task); };
+    options.on_tensor = [&progress](const qk::gguf::conversion& c) { progress(c); };
+    const qk::gguf::model_conversion conversion = convert(in, options);
     conversion.out.write(opt.output);
-    const double seconds = std::chrono::duration<double>(clock::now() - start).count() + seconds_before;
+    const double seconds = std::chrono::duration<double>(clock::now() - start).count();
     std::error_code ec;
     const std::uintmax_t written = std::filesystem::file_size(opt.output, ec);
     fmt::print("qk: {} '{}' ({}, {} tensors, {} of them converted) to '{}' ({}) in {:.2f} s, {:.0f} MB/s of input, {} thread(s)\n", verb,
@@ -222,60 +237,42 @@ inline void write_conversion(const convert_options& opt, const qk::gguf::file& i
     }
 }
 
-inline std::size_t threads_or_all(std::size_t threads)
-{
-    return threads != 0 ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
-}
-
-inline void quantize_gguf(convert_options opt)
+inline void quantize_gguf(const convert_options& opt)
 {
     if (opt.cols != 0 || !opt.importance.empty()) {
         fail(fmt::format("'{}' is a GGUF file: --cols and --importance are for raw float files (a GGUF file has its shapes; use --imatrix)",
                          opt.input));
     }
-    opt.threads = threads_or_all(opt.threads);
-    const auto start = std::chrono::steady_clock::now();
-    const qk::gguf::file in(opt.input);
-    std::optional<qk::gguf::importance_matrix> importance;
-    if (!opt.imatrix.empty()) {
-        importance.emplace(opt.imatrix);
-    }
-    qk::backend::cpu::thread_pool pool(opt.threads);
-    conversion_progress progress(in, in.tensors().size());
-    qk::gguf::quantize_options options;
-    options.type = qk::parse_format(opt.type);
-    options.importance = importance ? &*importance : nullptr;
-    options.run = [&pool](std::size_t tasks, const std::function<void(std::size_t)>& task) { pool.run(tasks, task); };
-    options.on_tensor = [&progress](const qk::gguf::conversion& c) { progress(c); };
-    const qk::gguf::model_conversion conversion = qk::gguf::quantize(in, options);
-    if (importance && !qk::visit_format(options.type, []<class Block>(std::type_identity<Block>) { return qk::importance_format<Block>; })) {
-        fmt::print(stderr, "qk: note: {} takes no importance weights (as in ggml); --imatrix '{}' is recorded but not used\n",
-                   qk::format_name(options.type), opt.imatrix);
-    }
-    if (conversion.without_importance > 0) {
-        fmt::print(stderr, "qk: note: the importance matrix '{}' has no usable entry for {} tensor(s); they are quantized without\n",
-                   opt.imatrix, conversion.without_importance);
-    }
-    write_conversion(opt, in, conversion, fmt::format("quantized to {}", qk::format_name(options.type)),
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const qk::format type = qk::parse_format(opt.type);
+    std::optional<qk::gguf::importance_matrix> importance; // read by the write, so it lives here
+    convert_gguf(opt, fmt::format("quantized to {}", qk::format_name(type)), [&](const qk::gguf::file& in, const qk::gguf::conversion_options& hooks) {
+        if (!opt.imatrix.empty()) {
+            importance.emplace(opt.imatrix);
+        }
+        qk::gguf::quantize_options options{hooks};
+        options.type = type;
+        options.importance = importance ? &*importance : nullptr;
+        qk::gguf::model_conversion conversion = qk::gguf::quantize(in, options);
+        if (importance && !qk::visit_format(type, []<class Block>(std::type_identity<Block>) { return qk::importance_format<Block>; })) {
+            fmt::print(stderr, "qk: note: {} takes no importance weights (as in ggml); --imatrix '{}' is recorded but not used\n",
+                       qk::format_name(type), opt.imatrix);
+        }
+        if (conversion.without_importance > 0) {
+            fmt::print(stderr, "qk: note: the importance matrix '{}' has no usable entry for {} tensor(s); they are quantized without\n",
+                       opt.imatrix, conversion.without_importance);
+        }
+        return conversion;
+    });
 }
 
-inline void dequantize_gguf(convert_options opt)
+inline void dequantize_gguf(const convert_options& opt)
 {
     if (opt.cols != 0 || !opt.type.empty()) {
         fail(fmt::format("'{}' is a GGUF file: --type and --cols are for raw block files (a GGUF file says each tensor's type and shape)",
                          opt.input));
     }
-    opt.threads = threads_or_all(opt.threads);
-    const auto start = std::chrono::steady_clock::now();
-    const qk::gguf::file in(opt.input);
-    qk::backend::cpu::thread_pool pool(opt.threads);
-    conversion_progress progress(in, in.tensors().size());
-    qk::gguf::dequantize_options options;
-    options.run = [&pool](std::size_t tasks, const std::function<void(std::size_t)>& task) { pool.run(tasks, task); };
-    options.on_tensor = [&progress](const qk::gguf::conversion& c) { progress(c); };
-    const qk::gguf::model_conversion conversion = qk::gguf::dequantize(in, options);
-    write_conversion(opt, in, conversion, "dequantized to F32", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    convert_gguf(opt, "dequantized to F32",
+                 [](const qk::gguf::file& in, const qk::gguf::conversion_options& hooks) { return qk::gguf::dequantize(in, hooks); });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -107,17 +107,18 @@ struct model_conversion {
     std::size_t without_importance = 0; // importance-format tensors an importance matrix had no entry for
 };
 
-struct quantize_options {
-    qk::format type = qk::format::q8_0;
-    const importance_matrix* importance = nullptr; // IQ4_NL and IQ4_XS use it; the others ignore it, as ggml does
-    parallel_runner run;                            // empty: one thread
+// What every conversion takes: how to run its tasks, and what to call as each tensor is written.
+struct conversion_options {
+    parallel_runner run;                              // empty: one thread
     std::function<void(const conversion&)> on_tensor; // called as each tensor is about to be written (progress)
 };
 
-struct dequantize_options {
-    parallel_runner run;
-    std::function<void(const conversion&)> on_tensor;
+struct quantize_options : conversion_options {
+    qk::format type = qk::format::q8_0;
+    const importance_matrix* importance = nullptr; // IQ4_NL and IQ4_XS use it; the others ignore it, as ggml does
 };
+
+using dequantize_options = conversion_options;
 
 namespace detail {
 
@@ -184,9 +185,7 @@ void dequantize_tensor(const file& in, const tensor_info& t, std::span<std::byte
         // Blocks are copied out: a file aligned below alignof(Block) is still readable.
         std::vector<Block> x(count);
         std::memcpy(x.data(), bytes.data() + first * sizeof(Block), count * sizeof(Block));
-        std::vector<float> y(count * traits::block_size);
-        qk::dequantize<Block>(x, y);
-        std::memcpy(out.data() + first * traits::block_size * sizeof(float), y.data(), y.size() * sizeof(float));
+        qk::dequantize<Block>(x, std::span<float>(reinterpret_cast<float*>(out.data()) + first * traits::block_size, count * traits::block_size));
     });
 }
 
@@ -208,12 +207,12 @@ inline tensor_source copy_of(const file& in, const tensor_info& t, const convers
 
 inline void copy_metadata(const file& in, writer& out, std::string_view what)
 {
-    if (const gguf::value* split = in.find("split.count"); split != nullptr && !split->is_array() &&
-                                                            split->type() == value_type::uint16 &&
-                                                            std::get<std::uint16_t>(std::get<gguf::scalar>(split->data)) > 1) {
-        qk::detail::fail("qk::gguf::", what, ": ", in.path(), " is one part of a split model (split.count ",
-                         std::get<std::uint16_t>(std::get<gguf::scalar>(split->data)),
-                         "); merge the parts first (llama-gguf-split --merge)");
+    const gguf::value* split = in.find("split.count");
+    if (split != nullptr && !split->is_array() && split->type() == value_type::uint16) {
+        if (const auto parts = std::get<std::uint16_t>(std::get<gguf::scalar>(split->data)); parts > 1) {
+            qk::detail::fail("qk::gguf::", what, ": ", in.path(), " is one part of a split model (split.count ", parts,
+                             "); merge the parts first (llama-gguf-split --merge)");
+        }
     }
     out.set_all(in.metadata());
     out.erase("split.no");
@@ -343,9 +342,7 @@ inline void copy_metadata(const file& in, writer& out, std::string_view what)
                 const std::size_t per_task = 65536;
                 detail::run_tasks(opt.run, static_cast<std::size_t>((n + per_task - 1) / per_task), [&](std::size_t task) {
                     const std::uint64_t first = task * per_task;
-                    std::vector<float> y(static_cast<std::size_t>(std::min<std::uint64_t>(per_task, n - first)));
-                    in.floats(t, first, y);
-                    std::memcpy(out.data() + first * sizeof(float), y.data(), y.size() * sizeof(float));
+                    in.floats(t, first, std::span<float>(reinterpret_cast<float*>(out.data()) + first, static_cast<std::size_t>(std::min<std::uint64_t>(per_task, n - first))));
                 });
             });
         }

@@ -146,7 +146,6 @@ public:
 
     [[nodiscard]] std::span<const metadata_entry> metadata() const noexcept { return metadata_; }
     [[nodiscard]] std::size_t tensor_count() const noexcept { return tensors_.size(); }
-    [[nodiscard]] const tensor_info& tensor(std::size_t i) const { return tensors_.at(i).info; }
     [[nodiscard]] std::uint32_t alignment() const noexcept { return alignment_; }
 
     // The whole file, as write() would write it.
