@@ -1,9 +1,9 @@
 // Mat-vec throughput against the machine's memory bandwidth. First this binary measures the
 // streaming-read bandwidth (an AVX2 sum over 1 GiB or four times the last-level cache the OS
 // reports, whichever is larger, on 1 and 2 threads of the CPU pool); then a 14336 x 4096 gemv per
-// weight format, rotating over copies of the weights as large in total, three ways: qk::gemv on
-// qk::arch::native and on the tag qk::dispatch picks (GGUF rows), and the CPU context's gemv (its
-// own copy, packed where the CPU has tile kernels). Each reports weight bytes per second and
+// weight format, rotating over copies of the weights as large in total, three ways: qk::gemv with
+// no tag named (qk::arch::default_tag) and on the tag qk::dispatch picks (GGUF rows), and the CPU
+// context's gemv (its own copy, packed where the CPU has tile kernels). Each reports weight bytes per second and
 // `bandwidth_fraction`: that rate over the streaming-read bandwidth of the same thread count. A
 // mat-vec reads each weight once, so 1.0 is its ceiling.
 #include <benchmark/benchmark.h>
@@ -23,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
@@ -231,7 +232,9 @@ struct context_set {
     }
 };
 
-enum class tag_choice { native, dispatched, context };
+// defaulted: no tag named (qk::arch::default_tag: the flags' tag, or chosen at run time in a build
+// without -march); dispatched: qk::dispatch by hand around each call.
+enum class tag_choice { defaulted, dispatched, context };
 
 template <class Block, tag_choice choice>
 void gemv(benchmark::State& state)
@@ -269,7 +272,7 @@ void gemv(benchmark::State& state)
         start = std::chrono::steady_clock::now();
         for (auto _ : state) {
             const auto w = set.matrix(call++);
-            if constexpr (choice == tag_choice::native) {
+            if constexpr (choice == tag_choice::defaulted) {
                 qk::gemv<Block>(w, rows, cols, x, y, pool, scratch);
             } else {
                 qk::dispatch([&]<class Tag>(Tag) { qk::gemv<Block, Tag>(w, rows, cols, x, y, pool, scratch); });
@@ -289,8 +292,9 @@ void register_gemv()
 {
     const std::string name(qk::format_traits<Block>::name);
     const std::string dispatched = qk::dispatch([]<class Tag>(Tag) { return std::string(qk::arch::name<Tag>()); });
-    benchmark::RegisterBenchmark(("gemv_14336x4096/" + name + "/native:" + qk::arch::name<qk::arch::native>()).c_str(),
-                                 gemv<Block, tag_choice::native>)
+    const std::string defaulted = std::is_same_v<qk::arch::default_tag, qk::arch::runtime> ? "runtime=" + dispatched
+                                                                                            : std::string(qk::arch::name<qk::arch::native>());
+    benchmark::RegisterBenchmark(("gemv_14336x4096/" + name + "/default:" + defaulted).c_str(), gemv<Block, tag_choice::defaulted>)
         ->DenseRange(1, max_threads)
         ->ArgName("threads")
         ->UseRealTime()

@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <backends/cpu/gemv.hpp>
+#include <kernels/dispatch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "inputs.hpp"
 #include "test_support.hpp"
@@ -170,7 +173,7 @@ TEST_CASE("gemv on a pool reused for many calls gives the same bits every time")
     const std::size_t cols = 512;
     const std::span<const Block> w(weights<Block>().data(), rows * cols / 32);
     const auto x = normal(cols, 1.0f, 3);
-    const auto expected = dot_per_row<Block, qk::arch::native>(w, rows, cols, x);
+    const auto expected = dot_per_row<Block, qk::arch::default_tag>(w, rows, cols, x);
     thread_pool pool(3);
     std::vector<qk::block_q8_0> scratch(qk::gemm_scratch_blocks<Block>(cols));
     std::size_t failures = 0;
@@ -240,6 +243,84 @@ TEST_CASE_TEMPLATE_DEFINE("gemv and gemm reject bad shapes with a qk::error nami
 
     // The valid call, for contrast: same arguments, y written.
     qk::gemv<Block>(w, rows, cols, x1, y1, pool, scratch1);
-    CHECK(count_bit_differences(std::vector<float>(y1.begin(), y1.end()), dot_per_row<Block, qk::arch::native>(w, rows, cols, x1)) == 0);
+    CHECK(count_bit_differences(std::vector<float>(y1.begin(), y1.end()), dot_per_row<Block, qk::arch::default_tag>(w, rows, cols, x1)) == 0);
 }
 TEST_CASE_TEMPLATE_APPLY(gemv_gemm_reject_bad_shapes, qk::weight_formats::tuple);
+
+namespace {
+
+// The highest tag of qk::arch::all the running CPU supports, found here from the feature checks
+// alone (not through qk::dispatch, whose choice is what is tested).
+std::string best_running_tag()
+{
+    std::string best;
+    qk::arch::all::for_each([&]<class Tag>(Tag) {
+        if (qk::runs<Tag>(qk::running_cpu())) {
+            best = qk::arch::name<Tag>();
+        }
+    });
+    return best;
+}
+
+} // namespace
+
+TEST_CASE("without a tag, the entry points run the flags' tag, or in a build without -march the running CPU's best")
+{
+    if constexpr (std::is_same_v<qk::arch::native, qk::arch::generic> && qk::arch::all::size > 1) {
+        CHECK(std::is_same_v<qk::arch::default_tag, qk::arch::runtime>);
+    } else {
+        CHECK(std::is_same_v<qk::arch::default_tag, qk::arch::native>);
+    }
+    const std::string best = best_running_tag();
+    CHECK(qk::dispatched_tag_name() == best);
+    MESSAGE("default tag: ", qk::arch::name<qk::arch::default_tag>(), "; the running CPU's best: ", best);
+}
+
+TEST_CASE_TEMPLATE_DEFINE("a default gemv, dot and quantize run the default tag's kernels, bit for bit", Block, default_gemv_runs_default_tag)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    const std::size_t rows = 64;
+    const std::size_t cols = max_cols;
+    const std::span<const Block> w(weights<Block>().data(), rows * cols / qk::format_traits<Block>::block_size);
+    const auto x = normal(cols, 1.0f, 21);
+    thread_pool pool(2);
+
+    // What the default tag resolves to, by name: the running CPU's best for the runtime tag.
+    const std::string expected_tag =
+        std::is_same_v<qk::arch::default_tag, qk::arch::runtime> ? best_running_tag() : qk::arch::name<qk::arch::native>();
+    CAPTURE(expected_tag);
+    std::vector<float> expected;
+    std::vector<float> reference;
+    qk::arch::all::for_each([&]<class Tag>(Tag) {
+        if (expected_tag == qk::arch::name<Tag>()) {
+            expected.resize(rows);
+            qk::gemv<Block, Tag>(w, rows, cols, x, expected, pool);
+        }
+        if constexpr (std::is_same_v<Tag, qk::arch::generic>) {
+            reference.resize(rows);
+            qk::gemv<Block, Tag>(w, rows, cols, x, reference, pool);
+        }
+    });
+    REQUIRE(expected.size() == rows);
+    auto y = sentinel_filled(rows);
+    qk::gemv<Block>(w, rows, cols, x, y, pool);
+    CHECK(count_bit_differences(y, expected) == 0);
+    // Where the tags' results differ at all, this also tells a default that fell back to the
+    // scalar reference from one that did not.
+    if (expected_tag != "generic" && count_bit_differences(expected, reference) != 0) {
+        CHECK(count_bit_differences(y, reference) != 0);
+    }
+
+    // qk::dot and qk::quantize without a tag: the same kernels one row at a time.
+    const auto quantized = qk::quantize<activation>(std::span<const float>(x));
+    std::vector<activation> quantized_by_tag(quantized.size());
+    qk::arch::all::for_each([&]<class Tag>(Tag) {
+        if (expected_tag == qk::arch::name<Tag>()) {
+            qk::quantize<activation, Tag>(x, std::span<activation>(quantized_by_tag));
+            const std::span<const Block> row = w.first(cols / qk::format_traits<Block>::block_size);
+            CHECK(bits(qk::dot<Block>(row, quantized)) == bits(qk::dot<Block, Tag>(row, quantized)));
+        }
+    });
+    CHECK(std::memcmp(quantized.data(), quantized_by_tag.data(), quantized.size() * sizeof(activation)) == 0);
+}
+TEST_CASE_TEMPLATE_APPLY(default_gemv_runs_default_tag, qk::weight_formats::tuple);

@@ -142,6 +142,7 @@ TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of 
 {
     SUBCASE("generic tag") { check_packed_gemm_equals_dot<Block, qk::arch::generic>(); }
     SUBCASE("native tag") { check_packed_gemm_equals_dot<Block, qk::arch::native>(); }
+    SUBCASE("default tag") { check_packed_gemm_equals_dot<Block, qk::arch::default_tag>(); }
 }
 TEST_CASE_TEMPLATE_APPLY(packed_gemm_equals_dot, qk::weight_formats::tuple);
 

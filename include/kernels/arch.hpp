@@ -125,6 +125,19 @@ using native = neon64;
 using native = generic;
 #endif
 
+// Not an instruction set: the entry points that take a tag (qk::dot, qk::quantize, qk::gemv,
+// qk::gemm) resolve it to the best tag of qk::arch::all that the running CPU supports, chosen
+// once (qk::dispatch), and call that tag's kernels. Naming it forces run-time choice in any build.
+struct runtime {
+    static constexpr const char* name() noexcept { return "runtime"; }
+};
+
+// The tag those entry points use when none is given. A build whose flags enable a qkern tag
+// uses it (qk::arch::native: inlined, no indirection); one whose flags enable nothing better than
+// the baseline (no -march: what packagers and most CMake users build) chooses at run time rather
+// than silently run the scalar reference, where qkern has SIMD kernels for the architecture.
+using default_tag = std::conditional_t<std::is_same_v<native, generic> && (all::size > 1), runtime, native>;
+
 // The tag of kernels written as plain xsimd arithmetic (solve_tri, the sampling passes):
 // qk::arch::native, or where the flags name no qkern tag (a baseline x86-64 build), the SIMD that
 // every such CPU has (SSE2). A tag named explicitly must be enabled by the compiler flags (xsimd

@@ -1,6 +1,6 @@
 // Run-time dispatch for portable binaries: qk::dispatch(f) calls f with the best tag the running
-// CPU supports among those qkern has kernels for on this architecture. Compile-time dispatch
-// (qk::arch::native) stays the default; this is the opt-in for binaries built without -march.
+// CPU supports among those qkern has kernels for on this architecture. The entry points use it by
+// themselves for qk::arch::runtime, their default in builds without -march (qk::arch::default_tag).
 #pragma once
 
 #include <cstddef>
@@ -57,6 +57,12 @@ template <class F>
 decltype(auto) dispatch(F&& f)
 {
     return detail::dispatch_list(std::forward<F>(f), running_cpu(), arch::all{});
+}
+
+// The name of the tag qk::dispatch picks on this CPU: the kernels qk::arch::runtime runs.
+[[nodiscard]] inline const char* dispatched_tag_name() noexcept
+{
+    return dispatch([]<class Tag>(Tag) noexcept { return arch::name<Tag>(); });
 }
 
 } // namespace qk

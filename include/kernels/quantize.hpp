@@ -11,10 +11,12 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "error.hpp"
 #include "arch.hpp"
+#include "dispatch.hpp"
 #include "formats.hpp"
 #include "quantize/generic.hpp"
 #include "quantize/sse4_2.hpp"
@@ -140,16 +142,70 @@ void check_importance(std::span<const float> x, std::span<const float> importanc
 
 } // namespace detail
 
-// Quantizes x (a whole number of blocks) into y (exactly x.size() / block_size blocks).
-template <block_format Block, class Arch = arch::native>
+namespace detail {
+
+// Rows [first, last) of x, each of importance.size() values, quantized with importance weights.
+template <importance_format Block>
+void quantize_rows(std::span<const float> x, std::span<Block> y, std::span<const float> importance, std::size_t first, std::size_t last)
+{
+    const std::size_t row_blocks = importance.size() / format_traits<Block>::block_size;
+    for (std::size_t row = first; row < last; ++row) {
+        reference::quantize(x.data() + row * importance.size(), y.data() + row * row_blocks, row_blocks, importance.data());
+    }
+}
+
+// A scale that rounded to an fp16 infinity is an error, named by its block.
+template <importance_format Block>
+void check_scales(std::span<const float> x, std::span<const Block> blocks)
+{
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+        if (!is_finite_fp16(blocks[b].d)) {
+            float amax = 0.0f;
+            for (float v : x.subspan(b * format_traits<Block>::block_size, format_traits<Block>::block_size)) {
+                amax = std::fmax(amax, std::fabs(v));
+            }
+            fail_scale<Block>(b, amax);
+        }
+    }
+}
+
+// After the shape check: the kernels of one tag, or the values' check and then the kernels.
+template <class Block, class Arch>
+void quantize_on(const float* x, Block* y, std::size_t blocks)
+{
+    if (kernels::quantize_checked<Arch>(x, y, blocks, Arch{})) {
+        return;
+    }
+    check_values<Block, Arch>(std::span<const float>(x, blocks * format_traits<Block>::block_size));
+    kernels::quantize<Arch>(x, y, blocks, Arch{});
+}
+
+template <class Block>
+using quantize_kernel = void (*)(const float*, Block*, std::size_t);
+
+// The running CPU's best tag, looked up on the first call (as qk::dot's): activations are
+// quantized once per mat-vec, often a few blocks at a time.
+template <class Block>
+[[nodiscard]] quantize_kernel<Block> runtime_quantize() noexcept
+{
+    static const quantize_kernel<Block> kernel =
+        dispatch([]<class Tag>(Tag) noexcept -> quantize_kernel<Block> { return &quantize_on<Block, Tag>; });
+    return kernel;
+}
+
+} // namespace detail
+
+// Quantizes x (a whole number of blocks) into y (exactly x.size() / block_size blocks), on
+// qk::arch::default_tag unless a tag is named (every tag writes the same bytes).
+template <block_format Block, class Arch = arch::default_tag>
 void quantize(std::span<const float> x, std::span<Block> y)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
-    if (kernels::quantize_checked<Arch>(x.data(), y.data(), y.size(), Arch{})) {
-        return;
+    if constexpr (std::is_same_v<Arch, arch::runtime>) {
+        detail::runtime_quantize<Block>()(x.data(), y.data(), y.size());
+    } else {
+        detail::quantize_on<Block, Arch>(x.data(), y.data(), y.size());
     }
-    detail::check_values<Block, Arch>(x);
-    kernels::quantize<Arch>(x.data(), y.data(), y.size(), Arch{});
 }
 
 // With importance weights (an imatrix): `importance` holds one weight per column, and x is a
@@ -162,25 +218,14 @@ void quantize(std::span<const float> x, std::span<Block> y, std::span<const floa
     detail::check_importance<Block>(x, importance);
     // Importance weights can drive the least-squares scale anywhere, so every block is checked
     // after it is quantized; blocks go to a buffer first so that y is untouched on error.
-    const std::size_t row_blocks = importance.size() / format_traits<Block>::block_size;
     std::vector<Block> blocks(y.size());
-    for (std::size_t row = 0; row < y.size() / row_blocks; ++row) {
-        reference::quantize(x.data() + row * importance.size(), blocks.data() + row * row_blocks, row_blocks, importance.data());
-    }
-    for (std::size_t b = 0; b < blocks.size(); ++b) {
-        if (!detail::is_finite_fp16(blocks[b].d)) {
-            float amax = 0.0f;
-            for (float v : x.subspan(b * format_traits<Block>::block_size, format_traits<Block>::block_size)) {
-                amax = std::fmax(amax, std::fabs(v));
-            }
-            detail::fail_scale<Block>(b, amax);
-        }
-    }
+    detail::quantize_rows(x, std::span<Block>(blocks), importance, 0, y.size() * format_traits<Block>::block_size / importance.size());
+    detail::check_scales(x, std::span<const Block>(blocks));
     std::copy(blocks.begin(), blocks.end(), y.begin());
 }
 
 // Convenience: returns the blocks in a new vector.
-template <block_format Block, class Arch = arch::native>
+template <block_format Block, class Arch = arch::default_tag>
 [[nodiscard]] std::vector<Block> quantize(std::span<const float> x)
 {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), x.size() / format_traits<Block>::block_size, "the result");

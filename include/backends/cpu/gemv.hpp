@@ -11,9 +11,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../../kernels/arch.hpp"
+#include "../../kernels/dispatch.hpp"
 #include "../../kernels/dot.hpp"
 #include "../../kernels/error.hpp"
 #include "../../kernels/formats.hpp"
@@ -112,8 +114,8 @@ inline void prefetch_range(const std::byte* from, const std::byte* to) noexcept
 }
 
 template <class Block, class Arch>
-void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float> x, float* y, backend::cpu::thread_pool& pool,
-                  typename format_traits<Block>::vec_dot_type* scratch)
+void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, float* y, backend::cpu::thread_pool& pool,
+             typename format_traits<Block>::vec_dot_type* scratch)
 {
     using activation = typename format_traits<Block>::vec_dot_type;
     const std::size_t cols = shape.blocks_per_row * format_traits<Block>::block_size;
@@ -148,6 +150,18 @@ void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float
     });
 }
 
+template <class Block, class Arch>
+void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float> x, float* y, backend::cpu::thread_pool& pool,
+                  typename format_traits<Block>::vec_dot_type* scratch)
+{
+    if constexpr (std::is_same_v<Arch, arch::runtime>) {
+        // Chosen once per call, not per row: the rows then run the tag's kernels inline.
+        dispatch([&]<class Tag>(Tag) { gemm_on<Block, Tag>(w, shape, x, y, pool, scratch); });
+    } else {
+        gemm_on<Block, Arch>(w, shape, x, y, pool, scratch);
+    }
+}
+
 } // namespace detail
 
 // Y = W·X for `columns` activation vectors at once (prompt processing): W is `rows` rows of
@@ -156,7 +170,7 @@ void gemm_checked(const Block* w, const gemm_shape& shape, std::span<const float
 // scratch holds the quantized X: at least gemm_scratch_blocks<Block>(cols, columns) blocks, its
 // contents afterwards unspecified. x must be finite (quantize's check). On a qk::error (a bad
 // shape, a non-finite x, a pool already running) y is untouched.
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool, std::span<typename format_traits<Block>::vec_dot_type> scratch)
 {
@@ -166,7 +180,7 @@ void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::siz
 }
 
 // As above, with scratch allocated for this call.
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool)
 {
@@ -178,7 +192,7 @@ void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::siz
 
 // y = W·x: x holds cols values, y rows values; otherwise as gemm with one column. scratch (at
 // least gemm_scratch_blocks<Block>(cols) blocks) keeps the hot call free of allocation.
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool, std::span<typename format_traits<Block>::vec_dot_type> scratch)
 {
@@ -187,7 +201,7 @@ void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::spa
 }
 
 // As above, with scratch allocated for this call.
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool)
 {

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "../../kernels/arch.hpp"
+#include "../../kernels/dispatch.hpp"
 #include "../../kernels/formats.hpp"
 #include "../../kernels/packed.hpp"
 #include "../../kernels/quantize.hpp"
@@ -29,8 +31,8 @@ namespace detail {
 inline constexpr std::size_t tiles_per_sweep = 4;
 
 template <weight_format Block, class Arch>
-void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
-                         backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
+void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
+                    backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
 {
     using activation = typename format_traits<Block>::vec_dot_type;
     const std::size_t cols = w.cols();
@@ -82,12 +84,23 @@ void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std
     });
 }
 
+template <weight_format Block, class Arch>
+void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
+                         backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
+{
+    if constexpr (std::is_same_v<Arch, arch::runtime>) {
+        dispatch([&]<class Tag>(Tag) { packed_gemm_on<Block, Tag>(w, columns, x, y, pool, scratch); });
+    } else {
+        packed_gemm_on<Block, Arch>(w, columns, x, y, pool, scratch);
+    }
+}
+
 } // namespace detail
 
 // Y = W·X on packed weights: X column-major (x[c * cols + i]), Y too (y[c * rows + r]), as
 // qk::gemm. scratch is reused between calls (its contents afterwards unspecified). On a qk::error
 // (a bad shape, a non-finite x, a pool already running) y is untouched.
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
 {
@@ -97,7 +110,7 @@ void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const fl
     detail::packed_gemm_checked<Block, Arch>(w, columns, x, y.data(), pool, scratch);
 }
 
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool)
 {
     std::vector<std::uint8_t> scratch;
@@ -105,7 +118,7 @@ void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const fl
 }
 
 // y = W·x on packed weights.
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool,
           std::vector<std::uint8_t>& scratch)
 {
@@ -115,7 +128,7 @@ void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<flo
     detail::packed_gemm_checked<Block, Arch>(w, 1, x, y.data(), pool, scratch);
 }
 
-template <weight_format Block, class Arch = arch::native>
+template <weight_format Block, class Arch = arch::default_tag>
 void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool)
 {
     std::vector<std::uint8_t> scratch;
