@@ -36,7 +36,7 @@ int main(int argc, char** argv)
     app.set_version_flag("--version", version_string());
     app.require_subcommand(0, 1);
 
-    app.footer("Exit status: 0 on success, 1 on an error, 2 when a tour check fails (CLI11 usage errors: 100 and up).");
+    app.footer(exit_status_footer);
     // In the order `qk --help` lists them; the first, the tour, is also what `qk` alone runs.
     const std::vector<command> commands = {
         wire(app, add_tour, run_tour),
@@ -48,24 +48,42 @@ int main(int argc, char** argv)
         wire(app, add_spec, run_spec),
         wire(app, add_dequantize, run_dequantize),
     };
+    // A subcommand inherits the footer when it is made, and loses it when it sets its own: the
+    // exit status then follows its own text, so that every --help shows it.
+    for (const command& c : commands) {
+        if (c.app->get_footer() != exit_status_footer) {
+            c.app->footer(c.app->get_footer() + "\n\n" + exit_status_footer);
+        }
+    }
+    // Where the --help that explains a mistake is: the subcommand's, once one was recognised.
+    const auto help_hint = [&] {
+        const auto chosen = std::ranges::find_if(commands, [&](const command& c) { return app.got_subcommand(c.app); });
+        return chosen != commands.end() ? fmt::format("qk {} --help", chosen->app->get_name()) : std::string("qk --help");
+    };
 
     try {
         app.parse(argc, argv);
+    } catch (const CLI::Success& e) {
+        return app.exit(e); // --help, --version: printed as CLI11 prints them, status 0
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        fmt::print(stderr, "qk: {}\nqk: see '{}'\n", e.what(), help_hint());
+        return exit_usage;
     }
 
     try {
         const auto chosen = std::ranges::find_if(commands, [&](const command& c) { return app.got_subcommand(c.app); });
         return (chosen != commands.end() ? *chosen : commands.front()).run();
+    } catch (const usage_error& e) {
+        fmt::print(stderr, "qk: {}\nqk: see '{}'\n", e.what(), help_hint());
+        return exit_usage;
     } catch (const qk::error& e) {
         fmt::print(stderr, "qk: error: {}\n", e.what());
-        return 1;
+        return exit_error;
     } catch (const std::bad_alloc&) {
         fmt::print(stderr, "qk: error: out of memory\n");
-        return 1;
+        return exit_error;
     } catch (const std::exception& e) {
         fmt::print(stderr, "qk: error: {}\n", e.what());
-        return 1;
+        return exit_error;
     }
 }

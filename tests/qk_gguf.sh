@@ -2,8 +2,8 @@
 # CTest qk_gguf: the tool on a GGUF model file. The test suite writes its test model
 # (tests/test_gguf_convert.cpp, QKERN_GGUF_MODEL); qk info, quantize to every model format (with an
 # importance matrix for the IQ4 formats), info on the result, and dequantize must succeed and say
-# what they did; wrong arguments and bad files must fail with status 1, a message naming the
-# problem, and no output file. The bytes themselves are checked in test_gguf_convert.cpp.
+# what they did; bad files must fail with status 1 and arguments that contradict the file with
+# status 2 (a usage error), each with a message naming the problem, and no output file. The bytes themselves are checked in test_gguf_convert.cpp.
 # Usage: tests/qk_gguf.sh QK QKERN_TESTS
 set -euo pipefail
 qk=$1
@@ -18,16 +18,18 @@ check() { # check DESCRIPTION COMMAND...: the command succeeds
         exit 1
     fi
 }
-expect_error() { # expect_error DESCRIPTION TEXT OUTPUT COMMAND...: status 1, TEXT on stderr, no OUTPUT
+expect_status() { # expect_status STATUS DESCRIPTION TEXT OUTPUT COMMAND...: STATUS, TEXT on stderr, no OUTPUT
     local status=0
-    "${@:4}" >"$dir/out" 2>"$dir/err" || status=$?
-    if ((status != 1)) || ! grep -qF -- "$2" "$dir/err" || [[ -e $3 ]]; then
-        echo "FAIL: $1: status $status (expected 1), stderr:" >&2
+    "${@:5}" >"$dir/out" 2>"$dir/err" || status=$?
+    if ((status != $1)) || ! grep -qF -- "$3" "$dir/err" || [[ -e $4 ]]; then
+        echo "FAIL: $2: status $status (expected $1), stderr:" >&2
         cat "$dir/err" >&2
-        [[ -e $3 ]] && echo "and $3 was written" >&2
+        [[ -e $4 ]] && echo "and $4 was written" >&2
         exit 1
     fi
 }
+expect_error() { expect_status 1 "$@"; }       # a bad file
+expect_usage_error() { expect_status 2 "$@"; } # options that do not fit the file
 contains() { # contains DESCRIPTION FILE TEXT
     grep -qF -- "$3" "$2" || {
         echo "FAIL: $1: no '$3' in:" >&2
@@ -66,9 +68,9 @@ contains "IQ4_XS's fallback is reported" <("$qk" quantize "$dir/model.gguf" "$di
 
 expect_error "Q8_K is no model format" "activation format" "$dir/q8k.gguf" \
     "$qk" quantize "$dir/model.gguf" "$dir/q8k.gguf" --type q8_k
-expect_error "--cols with a GGUF file" "is a GGUF file" "$dir/cols.gguf" \
+expect_usage_error "--cols with a GGUF file" "is a GGUF file" "$dir/cols.gguf" \
     "$qk" quantize "$dir/model.gguf" "$dir/cols.gguf" --type q8_0 --cols 32
-expect_error "--type with a GGUF dequantize" "is a GGUF file" "$dir/typed.gguf" \
+expect_usage_error "--type with a GGUF dequantize" "is a GGUF file" "$dir/typed.gguf" \
     "$qk" dequantize "$dir/q8_0.gguf" "$dir/typed.gguf" --type q8_0
 expect_error "a missing input" "cannot open" "$dir/missing-out.gguf" \
     "$qk" quantize "$dir/missing.gguf" "$dir/missing-out.gguf" --type q8_0
@@ -81,7 +83,7 @@ printf '\x01\x00\x00\x00\x13\x00\x00\x00blk.0.attn_q.weight\x01\x00\x00\x00\x00\
 for ((i = 0; i < 256; ++i)); do printf '\x00\x00\x80\x3f'; done >>"$dir/short.dat"
 expect_error "an importance matrix of the wrong size" "has 256 weights for 'blk.0.attn_q.weight', which needs 512" "$dir/short.gguf" \
     "$qk" quantize "$dir/model.gguf" "$dir/short.gguf" --type iq4_nl --imatrix "$dir/short.dat"
-expect_error "a raw file without --cols" "needs --type and --cols" "$dir/raw.out" \
+expect_usage_error "a raw file without --cols" "needs --type and --cols" "$dir/raw.out" \
     "$qk" quantize "$imatrix" "$dir/raw.out" --type q8_0
 leftover=$(find "$dir" -name '*.tmp-*')
 [[ -z $leftover ]] || { echo "FAIL: temporary files left behind: $leftover" >&2; exit 1; }

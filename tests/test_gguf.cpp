@@ -27,6 +27,9 @@
 #include <csignal>
 #include <sys/resource.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/stat.h> // mkfifo
+#endif
 
 #include <gguf/gguf.hpp>
 #include <kernels/error.hpp>
@@ -654,5 +657,36 @@ TEST_CASE("gguf writer: write() replaces the target whole or not at all")
     big.write(path);
     CHECK(qk::gguf::file(path).get<std::string>("general.name") == "big");
     CHECK(qk::gguf::file(path).bytes("payload").size() == payload.size());
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gguf writer: write() refuses a target that is not a regular file, before writing anything")
+{
+    // The rename would put a regular file in the place of a device or a pipe (as root, of
+    // /dev/full) instead of writing to it.
+    const auto dir = scratch_directory();
+    qk::gguf::writer w;
+    w.set("general.name", "refused");
+    const auto sub = dir / "a directory";
+    std::filesystem::create_directory(sub);
+    CHECK_THROWS_WITH_AS(w.write(sub.string()), doctest::Contains("is not a regular file"), qk::error);
+    CHECK(std::filesystem::is_directory(sub));
+    std::size_t expected_files = 1;
+#if defined(__unix__) || defined(__APPLE__)
+    const auto fifo = dir / "fifo";
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH_AS(w.write(fifo.string()), doctest::Contains("is not a regular file"), qk::error);
+    CHECK(std::filesystem::is_fifo(fifo));
+    // Through a link too: the link's target is what would be replaced.
+    const auto link = dir / "link";
+    std::filesystem::create_symlink(fifo, link);
+    CHECK_THROWS_WITH_AS(w.write(link.string()), doctest::Contains("is not a regular file"), qk::error);
+    expected_files = 3;
+#endif
+    std::size_t files = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) {
+        ++files;
+    }
+    CHECK(files == expected_files); // no temporary file left
     std::filesystem::remove_all(dir);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -160,6 +161,47 @@ TEST_CASE("reseed: the same seed repeats the same tokens, another seed gives oth
     CHECK(run(12) != first);
     CHECK(run(11) == first);
     CHECK(qs::chain::parse("top_k(200);temp(1.5);dist(seed=11)").describe() == c.describe());
+}
+
+TEST_CASE("seed_written: a seed given by name or by position, and only then")
+{
+    // Each sampler that takes a seed, with every positional value up to its seed: parse() must
+    // read the last one as the seed (so seed_written's positions agree with the samplers'), and
+    // the same part without it must leave the seed to its default. Each is followed by greedy,
+    // so that xtc, which selects nothing, makes a chain.
+    const char* const positional[][2] = {
+        {"dist(7)", "dist"},
+        {"xtc(0.5,0.1,1,7)", "xtc(0.5,0.1,1)"},
+        {"mirostat(5,0.1,100,7)", "mirostat(5,0.1,100)"},
+        {"mirostat_v2(5,0.1,7)", "mirostat_v2(5,0.1)"},
+        {"adaptive_p(0.5,0.9,7)", "adaptive_p(0.5,0.9)"},
+    };
+    for (const auto& [with_seed, without_seed] : positional) {
+        const std::string with = std::string(with_seed) + ";greedy";
+        CAPTURE(with);
+        const qs::chain seeded = qs::chain::parse(with);
+        CHECK(seeded.describe().find("seed=7") != std::string::npos);
+        CHECK(seeded.seed_written(0));
+        CHECK_FALSE(seeded.seed_written(1));
+        CHECK_FALSE(qs::chain::parse(std::string(without_seed) + ";greedy").seed_written(0));
+        // describe() names every parameter, so its text writes the seed by name.
+        CHECK(qs::chain::parse(seeded.describe()).seed_written(0));
+    }
+    const qs::chain c = qs::chain::parse("top_k(40);xtc(0.5,0.1);temp(0.8);dist(seed=0)");
+    CHECK_FALSE(c.seed_written(0)); // top_k takes no seed
+    CHECK_FALSE(c.seed_written(1));
+    CHECK_FALSE(c.seed_written(2));
+    CHECK(c.seed_written(3)); // written, even as the default value
+    CHECK(qs::chain::parse("xtc(0.5, seed=3);dist").seed_written(0));
+    CHECK_FALSE(qs::chain::parse("xtc(0.5, seed=3);dist").seed_written(1));
+    CHECK_THROWS_AS((void)c.seed_written(4), std::out_of_range);
+
+    qs::chain built;
+    built.add(qs::dist(7));
+    CHECK_FALSE(built.seed_written(0)); // add() has no text
+    qs::chain copy = c;
+    copy.reseed(5);
+    CHECK(copy.seed_written(3));
 }
 
 TEST_CASE("bad logits: qk::error before any sampler changes")

@@ -295,6 +295,35 @@ TEST_CASE("replay: its counts equal a direct simulation of drafted decoding unde
     CHECK_THROWS_AS((void)qk::spec::replay(tokens, drafter, {.prompt = 4, .n_batch = 0}), qk::error);
 }
 
+TEST_CASE("replay's progress callback: called after every step, growing, ending at the sequence's length")
+{
+    std::mt19937 data(4);
+    std::vector<std::int32_t> tokens(2000);
+    for (auto& t : tokens) {
+        t = static_cast<std::int32_t>(data() % 8); // a small alphabet, so drafts are accepted and steps skip tokens
+    }
+    qk::spec::ngram_simple drafter({.size_ngram = 2, .size_mgram = 8, .check_rate = 1});
+    std::vector<std::size_t> reached;
+    const auto r = qk::spec::replay(tokens, drafter, {.prompt = 10, .n_batch = 512, .max_draft = 8},
+                                    [&](std::size_t done, std::size_t total) {
+                                        CHECK(total == tokens.size());
+                                        reached.push_back(done);
+                                    });
+    REQUIRE(reached.size() == r.steps);
+    CHECK(reached.front() > 10);
+    for (std::size_t i = 1; i < reached.size(); ++i) {
+        CHECK(reached[i] > reached[i - 1]);
+    }
+    CHECK(reached.back() == tokens.size());
+    CHECK(r.accepted > 0); // else every step is one token and "growing" tests nothing the steps skip
+
+    // Without a callback the replay is the same.
+    qk::spec::ngram_simple again({.size_ngram = 2, .size_mgram = 8, .check_rate = 1});
+    const auto plain = qk::spec::replay(tokens, again, {.prompt = 10, .n_batch = 512, .max_draft = 8});
+    CHECK(plain.steps == r.steps);
+    CHECK(plain.accepted == r.accepted);
+}
+
 TEST_CASE("ngram_map feedback on a draft the caller cut: all verified tokens accepted is a full acceptance")
 {
     // Period 5: every key has one continuation, so each call drafts the same key's value again.

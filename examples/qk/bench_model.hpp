@@ -8,6 +8,7 @@
 #include "common.hpp"
 #include "files.hpp"
 #include "info.hpp"
+#include "progress.hpp"
 
 #include <backends/cpu/read_bandwidth.hpp>
 #include <gguf/gguf.hpp>
@@ -205,9 +206,10 @@ struct model_measurement {
     std::size_t cols = 0;
     std::uint64_t bytes = 0; // gemv: one tensor's; model: all of them
     std::uint64_t blocks = 0;
-    double seconds = 0.0;  // per call or pass
-    double bandwidth = 0.0; // bytes per second of the streaming read at this thread count
+    double seconds = 0.0;  // per call or pass, the mean over the repetitions
+    double bandwidth = 0.0; // bytes per second of the streaming read at this thread count (its mean)
     bool may_be_cached = false;
+    spread stats; // read: of GB/s; gemv: of ns per call; model: of seconds per pass
 
     [[nodiscard]] double gb_per_s() const { return op == "read" ? bandwidth / 1e9 : static_cast<double>(bytes) / seconds / 1e9; }
     [[nodiscard]] double bandwidth_fraction() const { return static_cast<double>(bytes) / seconds / bandwidth; }
@@ -238,18 +240,23 @@ inline std::uint64_t physical_memory_bytes()
     return 0;
 }
 
-inline std::vector<model_measurement> run_model_benchmarks(const model_weights& m, std::span<const std::size_t> threads, double seconds)
+inline std::vector<model_measurement> run_model_benchmarks(const model_weights& m, std::span<const std::size_t> threads, double seconds,
+                                                          std::size_t repetitions)
 {
     std::vector<model_measurement> results;
-    progress_line progress(2 * threads.size() + 1 + m.groups.size() * threads.size());
+    // A read, a pass and a gemv per group at each thread count, and the first pass.
+    progress_reporter bar("qk bench", 2 * threads.size() + 1 + m.groups.size() * threads.size(), "measurements");
+    std::size_t done = 0;
     std::vector<double> bandwidth(threads.size());
     {
         const auto buffer = qk::backend::cpu::make_bandwidth_buffer();
         for (std::size_t i = 0; i < threads.size(); ++i) {
-            progress.step(fmt::format("streaming read, {} thread(s)", threads[i]));
+            bar.update(done++, fmt::format("streaming read, {} thread(s)", threads[i]));
             qk::backend::cpu::thread_pool pool(threads[i]);
-            bandwidth[i] = qk::backend::cpu::measure_read_bandwidth(pool, buffer.span());
-            results.push_back({"read", "f32", threads[i], 0, 0, 0, 0, 0, 0.0, bandwidth[i], false});
+            const spread gb_per_s =
+                repeated(repetitions, [&] { return qk::backend::cpu::measure_read_bandwidth(pool, buffer.span()) / 1e9; });
+            bandwidth[i] = gb_per_s.mean * 1e9;
+            results.push_back({"read", "f32", threads[i], 0, 0, 0, buffer.span().size_bytes(), 0, 0.0, bandwidth[i], false, gb_per_s});
         }
     }
 
@@ -265,7 +272,7 @@ inline std::vector<model_measurement> run_model_benchmarks(const model_weights& 
         // reads them. One pass first, on the most threads, so that page faults, and the disk
         // where the file is not cached yet, stay out of every timed call.
         {
-            progress.step("first pass: mapping the file in");
+            bar.update(done++, "first pass: mapping the file in");
             qk::backend::cpu::thread_pool pool(*std::ranges::max_element(threads));
             pass(pool);
         }
@@ -274,36 +281,40 @@ inline std::vector<model_measurement> run_model_benchmarks(const model_weights& 
             const model_tensor& first = m.tensors[g.members.front()];
             const std::string name(qk::format_name(g.format));
             for (std::size_t i = 0; i < threads.size(); ++i) {
-                progress.step(fmt::format("gemv {} {} x {}, {} thread(s)", name, g.rows, g.cols, threads[i]));
+                bar.update(done++, fmt::format("gemv {} {} x {}, {} thread(s)", name, g.rows, g.cols, threads[i]));
                 qk::backend::cpu::thread_pool pool(threads[i]);
                 // Each call reads the next tensor of the group, as a token does one layer after
                 // another; a group that fits in the caches may still be served from them.
                 std::size_t next = 0;
-                const double s = seconds_per_call(
-                    [&] {
-                        gemv_tensor<Tag>(m.tensors[g.members[next]], ws, pool);
-                        next = (next + 1) % g.members.size();
-                    },
-                    4 * seconds);
+                const spread s = repeated(repetitions, [&] {
+                    return seconds_per_call(
+                        [&] {
+                            gemv_tensor<Tag>(m.tensors[g.members[next]], ws, pool);
+                            next = (next + 1) % g.members.size();
+                        },
+                        4 * seconds);
+                });
                 const std::uint64_t blocks = qk::visit_format(
                     g.format, [&]<class Block>(std::type_identity<Block>) { return first.bytes.size() / sizeof(Block); });
-                results.push_back({"gemv", name, threads[i], g.members.size(), g.rows, g.cols, first.bytes.size(), blocks, s, bandwidth[i],
-                                   m.group_bytes(g) < qk::backend::cpu::streaming_bytes()});
+                results.push_back({"gemv", name, threads[i], g.members.size(), g.rows, g.cols, first.bytes.size(), blocks, s.mean, bandwidth[i],
+                                   m.group_bytes(g) < qk::backend::cpu::streaming_bytes(), s.scaled(1e9)});
             }
         }
 
         for (std::size_t i = 0; i < threads.size(); ++i) {
-            progress.step(fmt::format("whole model, {} thread(s)", threads[i]));
+            bar.update(done++, fmt::format("whole model, {} thread(s)", threads[i]));
             qk::backend::cpu::thread_pool pool(threads[i]);
-            const double s = seconds_per_pass([&] { pass(pool); }, 4 * seconds);
-            results.push_back({"model", "", threads[i], m.tensors.size(), 0, 0, m.bytes, 0, s, bandwidth[i],
-                               m.bytes < qk::backend::cpu::streaming_bytes()});
+            const spread s = repeated(repetitions, [&] { return seconds_per_pass([&] { pass(pool); }, 4 * seconds); });
+            results.push_back({"model", "", threads[i], m.tensors.size(), 0, 0, m.bytes, 0, s.mean, bandwidth[i],
+                               m.bytes < qk::backend::cpu::streaming_bytes(), s});
         }
     });
+    bar.finish();
     return results;
 }
 
-inline void print_model_benchmarks(const std::string& path, const model_weights& m, const std::vector<model_measurement>& results)
+inline void print_model_benchmarks(const std::string& path, const model_weights& m, const std::vector<model_measurement>& results,
+                                   std::size_t repetitions)
 {
     const std::string arch(dispatched_tag());
     std::vector<std::pair<std::string, std::size_t>> formats;
@@ -321,34 +332,41 @@ inline void print_model_benchmarks(const std::string& path, const model_weights&
                    static_cast<double>(memory) / 1e9);
     }
 
-    fmt::print("\n{:<5} {:<7} {:<11} {:>7} {:>7} {:>15} {:>9} {:>12} {:>8} {:>8}\n", "op", "format", "arch", "threads", "tensors", "rows x cols",
-               "MB each", "ns/call", "GB/s", "% of bw");
+    std::vector<std::vector<std::string>> rows{
+        {"op", "format", "arch", "threads", "tensors", "rows x cols", "MB each", "ns/call", "GB/s", "% of bw", ""}};
     bool cached = false;
     for (const model_measurement& r : results) {
         if (r.op == "read") {
-            fmt::print("{:<5} {:<7} {:<11} {:>7} {:>7} {:>15} {:>9} {:>12} {:>8.2f}\n", r.op, r.format, "streaming", r.threads, "", "", "", "",
-                       r.gb_per_s());
+            rows.push_back({r.op, r.format, "streaming", fmt::format("{}", r.threads), "", "", "", "", with_spread(r.gb_per_s(), r.stats, 2, repetitions),
+                            "", ""});
         } else if (r.op == "gemv") {
-            fmt::print("{:<5} {:<7} {:<11} {:>7} {:>7} {:>15} {:>9.2f} {:>12.0f} {:>8.2f} {:>7.1f}%{}\n", r.op, r.format, arch, r.threads,
-                       r.tensors, fmt::format("{} x {}", r.rows, r.cols), static_cast<double>(r.bytes) / 1e6, r.seconds * 1e9, r.gb_per_s(),
-                       100.0 * r.bandwidth_fraction(), r.may_be_cached ? "  in cache?" : "");
+            rows.push_back({r.op, r.format, arch, fmt::format("{}", r.threads), fmt::format("{}", r.tensors), fmt::format("{} x {}", r.rows, r.cols),
+                            fmt::format("{:.2f}", static_cast<double>(r.bytes) / 1e6), with_spread(r.seconds * 1e9, r.stats, 0, repetitions),
+                            fmt::format("{:.2f}", r.gb_per_s()), fmt::format("{:.1f}%", 100.0 * r.bandwidth_fraction()),
+                            r.may_be_cached ? "in cache?" : ""});
             cached = cached || r.may_be_cached;
         }
     }
+    fmt::print("\n");
+    print_table(rows, 3);
 
     fmt::print("\nwhole model: one pass is a mat-vec over each of the {} tensors in file order, as one token reads them\n", m.tensors.size());
-    fmt::print("{:<11} {:>7} {:>9} {:>12} {:>8} {:>8} {:>9} {:>14}\n", "arch", "threads", "GB", "ms/pass", "GB/s", "% of bw", "tokens/s",
-               "bw-bound tok/s");
+    rows = {{"arch", "threads", "GB", "ms/pass", "GB/s", "% of bw", "tokens/s", "bw-bound tok/s", ""}};
     for (const model_measurement& r : results) {
         if (r.op == "model") {
-            fmt::print("{:<11} {:>7} {:>9.3f} {:>12.3f} {:>8.2f} {:>7.1f}% {:>9.1f} {:>14.1f}{}\n", arch, r.threads,
-                       static_cast<double>(r.bytes) / 1e9, r.seconds * 1e3, r.gb_per_s(), 100.0 * r.bandwidth_fraction(), 1.0 / r.seconds,
-                       r.bandwidth / static_cast<double>(r.bytes), r.may_be_cached ? "  in cache?" : "");
+            rows.push_back({arch, fmt::format("{}", r.threads), fmt::format("{:.3f}", static_cast<double>(r.bytes) / 1e9),
+                            with_spread(r.seconds * 1e3, r.stats.scaled(1e3), 3, repetitions), fmt::format("{:.2f}", r.gb_per_s()),
+                            fmt::format("{:.1f}%", 100.0 * r.bandwidth_fraction()), fmt::format("{:.1f}", 1.0 / r.seconds),
+                            fmt::format("{:.1f}", r.bandwidth / static_cast<double>(r.bytes)), r.may_be_cached ? "in cache?" : ""});
             cached = cached || r.may_be_cached;
         }
     }
+    print_table(rows, 1);
     fmt::print("\ntokens/s: 1 / the pass time, the most tokens per second these weights allow on this CPU (attention, norms and\n"
                "sampling come on top); bw-bound: the streaming read at that thread count / the weight bytes.\n");
+    if (repetitions > 1) {
+        fmt::print("±: the standard deviation over the {} repetitions of the figure (which is their mean).\n", repetitions);
+    }
     if (std::ranges::any_of(m.file.tensors(), [](const qk::gguf::tensor_info& t) { return qk::gguf::effective_dimensions(t) > 2; })) {
         fmt::print("experts: a pass reads every expert of the 3-D expert tensors, where a token reads only those it is routed to;\n"
                    "a mixture-of-experts model's tokens/s is higher than this pass's.\n");
@@ -360,51 +378,57 @@ inline void print_model_benchmarks(const std::string& path, const model_weights&
     }
 }
 
-inline void write_model_benchmarks_json(const std::string& path, const std::vector<model_measurement>& results)
+// Schema qkern-bench (bench.hpp's bench_json), with the model's path at the top level.
+inline void write_model_benchmarks_json(const bench_options& opt, const std::vector<model_measurement>& results)
 {
     const std::string arch(dispatched_tag());
-    std::string text = "[\n";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-        const model_measurement& r = results[i];
+    std::vector<std::string> entries;
+    for (const model_measurement& r : results) {
+        std::string text;
         if (r.op == "read") {
-            text += fmt::format(R"(  {{"op": "read", "threads": {}, "gb_per_s": {:.4f}}})", r.threads, r.gb_per_s());
+            text = fmt::format(R"({{"op": "read", "threads": {}, "gb_per_s": {:.4f}, "shape": [{}], {})", r.threads, r.gb_per_s(), r.bytes,
+                               json_spread("gb_per_s", r.stats));
         } else if (r.op == "gemv") {
             const double ns = r.seconds * 1e9;
-            text += fmt::format(R"(  {{"op": "gemv", "format": "{}", "arch": "{}", "threads": {}, "tensors": {}, "rows": {}, "cols": {}, )"
+            text = fmt::format(R"({{"op": "gemv", "format": "{}", "arch": "{}", "threads": {}, "tensors": {}, "rows": {}, "cols": {}, )"
                                 R"("bytes": {}, "ns_per_call": {:.1f}, "ns_per_block": {:.4f}, "ns_per_32": {:.4f}, "gb_per_s": {:.4f}, )"
-                                R"("bandwidth_fraction": {:.4f}, "may_be_cached": {}}})",
+                                R"("bandwidth_fraction": {:.4f}, "may_be_cached": {}, "shape": [{}, {}], {})",
                                 r.format, arch, r.threads, r.tensors, r.rows, r.cols, r.bytes, ns, ns / static_cast<double>(r.blocks),
                                 ns / (static_cast<double>(r.rows) * static_cast<double>(r.cols) / 32), r.gb_per_s(), r.bandwidth_fraction(),
-                                r.may_be_cached);
+                                r.may_be_cached, r.rows, r.cols, json_spread("ns_per_call", r.stats));
         } else {
-            text += fmt::format(R"(  {{"op": "model", "arch": "{}", "threads": {}, "tensors": {}, "bytes": {}, "seconds": {:.9f}, )"
+            // A pass over tensors of many shapes has none of its own: "tensors" and "bytes" say its size.
+            text = fmt::format(R"({{"op": "model", "arch": "{}", "threads": {}, "tensors": {}, "bytes": {}, "seconds": {:.9f}, )"
                                 R"("gb_per_s": {:.4f}, "bandwidth_fraction": {:.4f}, "tokens_per_s": {:.4f}, "bandwidth_tokens_per_s": {:.4f}, )"
-                                R"("may_be_cached": {}}})",
+                                R"("may_be_cached": {}, "shape": [], {})",
                                 arch, r.threads, r.tensors, r.bytes, r.seconds, r.gb_per_s(), r.bandwidth_fraction(), 1.0 / r.seconds,
-                                r.bandwidth / static_cast<double>(r.bytes), r.may_be_cached);
+                                r.bandwidth / static_cast<double>(r.bytes), r.may_be_cached, json_spread("seconds", r.stats));
         }
-        text += i + 1 < results.size() ? ",\n" : "\n";
+        entries.push_back(text + R"(, "device": false})");
     }
-    text += "]\n";
-    write_file(path, std::span<const char>(text.data(), text.size()));
+    const std::string text = bench_json(opt, entries, fmt::format("\"model\": {},\n  ", json_string(opt.model)));
+    write_file(opt.json, std::span<const char>(text.data(), text.size()));
 }
 
 inline int run_model_bench(const bench_options& opt)
 {
     if (opt.backend == "vulkan") {
-        fail(fmt::format("qk bench {}: the model bench runs on the CPU only; drop --backend vulkan (qk bench --backend vulkan "
-                         "times the mat-vec on the device with built-in weights)",
-                         opt.model));
+        usage_fail(fmt::format("qk bench {}: the model bench runs on the CPU only; drop --backend vulkan (qk bench --backend vulkan "
+                               "times the mat-vec on the device with built-in weights)",
+                               opt.model));
     }
     check_backend(opt.backend);
     // Opened before anything is printed, so that a bad file is the only output.
     const model_weights m = load_model_weights(opt.model);
+    if (!opt.json.empty()) {
+        check_json_output(opt.json);
+    }
     const std::vector<std::size_t> threads = opt.threads_given ? opt.threads : model_thread_counts();
     print_info();
-    const std::vector<model_measurement> results = run_model_benchmarks(m, threads, opt.seconds);
-    print_model_benchmarks(opt.model, m, results);
+    const std::vector<model_measurement> results = run_model_benchmarks(m, threads, opt.seconds, opt.repetitions);
+    print_model_benchmarks(opt.model, m, results, opt.repetitions);
     if (!opt.json.empty()) {
-        write_model_benchmarks_json(opt.json, results);
+        write_model_benchmarks_json(opt, results);
     }
     return 0;
 }

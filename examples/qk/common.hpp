@@ -1,5 +1,6 @@
 // What several of qk's subcommands share: the build and CPU facts they print, the kernels the tool
-// runs (qk::dispatch's pick for this CPU), and how main() wires a subcommand in (command, wire).
+// runs (qk::dispatch's pick for this CPU), how main() wires a subcommand in (command, wire), and
+// the exit status every subcommand follows (usage_error).
 // Every subcommand header includes this one; their random inputs come from tests/inputs.hpp.
 #pragma once
 
@@ -8,12 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +40,34 @@ command wire(CLI::App& app, CLI::App* (*add)(CLI::App&, Options&), int (*run)(co
     auto opt = std::make_shared<Options>();
     CLI::App* sub = add(app, *opt);
     return {sub, [opt, run] { return run(*opt); }};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit status: 0 on success, 1 on an error, 2 on a usage error or a failed check. A usage error is
+// a command line that asks for something impossible or contradictory, whatever the files hold:
+// CLI11's parse errors, and the option values the tool checks itself (usage_fail). An error in a
+// file or while working (files.hpp's fail, a qk::error from the library) is 1.
+
+inline constexpr int exit_error = 1;
+inline constexpr int exit_usage = 2;
+
+inline constexpr const char* exit_status_footer =
+    "Exit status: 0 on success, 1 on an error (a bad or missing file, a failed write), 2 on a usage error (a bad\n"
+    "option or value) or when a check of `qk tour` fails. Messages start with 'qk:'.";
+
+// Not a std::runtime_error, so that no handler meant for files.hpp's fail() takes it for one.
+class usage_error : public std::exception {
+public:
+    explicit usage_error(std::string message) : message_(std::move(message)) {}
+    [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+};
+
+[[noreturn]] inline void usage_fail(std::string message)
+{
+    throw usage_error(std::move(message));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -77,10 +108,10 @@ inline std::string_view dispatched_tag()
 inline void check_backend(const std::string& backend)
 {
     if (backend != "cpu" && backend != "vulkan") {
-        throw qk::error(fmt::format("--backend '{}': expected cpu or vulkan", backend));
+        usage_fail(fmt::format("--backend '{}': expected cpu or vulkan", backend));
     }
     if (backend == "vulkan" && !qk::backend::vulkan::enabled) {
-        throw qk::error("--backend vulkan: this qk was built without the Vulkan backend (configure with -DQKERN_VULKAN=ON)");
+        usage_fail("--backend vulkan: this qk was built without the Vulkan backend (configure with -DQKERN_VULKAN=ON)");
     }
 }
 

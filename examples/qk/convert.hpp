@@ -7,10 +7,15 @@
 
 #include "common.hpp"
 #include "files.hpp"
+#include "progress.hpp"
 
+#include <backends/cpu/quantize.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <charconv>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -24,13 +29,6 @@
 #include <system_error>
 #include <type_traits>
 #include <vector>
-
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#define QK_TOOL_ISATTY(f) (isatty(fileno(f)) != 0)
-#else
-#define QK_TOOL_ISATTY(f) false
-#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -52,8 +50,23 @@ void require_whole_blocks(std::size_t cols)
 {
     constexpr std::size_t block_size = qk::format_traits<Block>::block_size;
     if (cols % block_size != 0) {
-        fail(fmt::format("--cols {} is not a multiple of the {} block size {}", cols, qk::format_traits<Block>::name, block_size));
+        usage_fail(fmt::format("--cols {} is not a multiple of the {} block size {}", cols, qk::format_traits<Block>::name, block_size));
     }
+}
+
+// --type: a name qk::parse_format knows, or a usage error.
+inline qk::format parse_type(const std::string& name)
+{
+    try {
+        return qk::parse_format(name);
+    } catch (const qk::error& e) {
+        usage_fail(fmt::format("--type: {}", e.what()));
+    }
+}
+
+inline std::size_t threads_or_all(std::size_t threads)
+{
+    return threads != 0 ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }
 
 template <class Block>
@@ -62,7 +75,7 @@ void quantize_file(const convert_options& opt)
     using traits = qk::format_traits<Block>;
     require_whole_blocks<Block>(opt.cols);
     if (!opt.importance.empty() && !qk::importance_format<Block>) {
-        fail(fmt::format("--importance applies to IQ4_NL and IQ4_XS only, not {}", traits::name));
+        usage_fail(fmt::format("--importance applies to IQ4_NL and IQ4_XS only, not {}", traits::name));
     }
 
     const std::vector<float> x = read_floats(opt.input, "input");
@@ -83,15 +96,17 @@ void quantize_file(const convert_options& opt)
     }
 
     std::vector<Block> blocks(x.size() / traits::block_size);
+    // The same bytes whatever the thread count (qk::quantize on a pool).
+    qk::backend::cpu::thread_pool pool(threads_or_all(opt.threads));
     try {
         if constexpr (qk::importance_format<Block>) {
             if (!importance.empty()) {
-                qk::quantize<Block>(x, std::span<Block>(blocks), importance);
+                qk::quantize<Block>(x, std::span<Block>(blocks), importance, pool);
             } else {
-                quantize_best<Block>(x, std::span<Block>(blocks));
+                qk::quantize<Block, qk::arch::runtime>(x, std::span<Block>(blocks), pool);
             }
         } else {
-            quantize_best<Block>(x, std::span<Block>(blocks));
+            qk::quantize<Block, qk::arch::runtime>(x, std::span<Block>(blocks), pool);
         }
     } catch (const qk::error& e) {
         // The library speaks of x[i]; say which file and where in it.
@@ -108,7 +123,7 @@ void dequantize_file(const convert_options& opt)
     using traits = qk::format_traits<Block>;
     require_whole_blocks<Block>(opt.cols);
     if (opt.cols / traits::block_size > SIZE_MAX / sizeof(Block)) {
-        fail(fmt::format("--cols {} is too large: a row of {} would not fit in memory", opt.cols, traits::name));
+        usage_fail(fmt::format("--cols {} is too large: a row of {} would not fit in memory", opt.cols, traits::name));
     }
     const std::size_t row_bytes = opt.cols / traits::block_size * sizeof(Block);
 
@@ -125,6 +140,14 @@ void dequantize_file(const convert_options& opt)
 
     std::vector<float> y(blocks.size() * traits::block_size);
     qk::dequantize<Block>(std::span<const Block>(blocks), std::span<float>(y));
+    // A raw file has no header, so a file of another format (or of other data) is read as --type
+    // all the same; what the quantizers never write, values that are not finite, gives some away.
+    const auto not_finite = static_cast<std::size_t>(std::ranges::count_if(y, [](float v) { return !std::isfinite(v); }));
+    if (not_finite > 0) {
+        fmt::print(stderr, "qk: warning: {} of the {} values dequantized from '{}' are infinite or NaN, which {} blocks written by a "
+                           "quantizer never hold: is the file {} (--type)? A raw file has no header, so its type cannot be checked\n",
+                   not_finite, y.size(), opt.input, traits::name, traits::name);
+    }
     write_file(opt.output, std::span<const float>(y));
     fmt::print("qk: dequantized {} rows x {} cols of {}: {} bytes written to '{}'\n", bytes.size() / row_bytes, opt.cols, traits::name,
                y.size() * sizeof(float), opt.output);
@@ -145,53 +168,52 @@ inline bool is_gguf_file(const std::string& path)
     return std::fread(magic, 1, 4, file.get()) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-// One line per tensor as it is written: rewritten in place on a terminal, one after another in a
-// log, where carriage returns would pile up.
+// Each tensor as it is written, the share done counted in bytes: on a terminal progress.hpp's one
+// rewritten line, with the time left; in a log one line per tensor, where carriage returns would
+// pile up (the summary that follows on stdout gives the time).
 class conversion_progress {
 public:
-    explicit conversion_progress(const qk::gguf::file& in) : in_(in), total_(in.tensors().size()), terminal_(QK_TOOL_ISATTY(stderr))
-    {
-        for (const qk::gguf::tensor_info& t : in.tensors()) {
-            bytes_total_ += t.bytes;
-        }
-    }
-    conversion_progress(const conversion_progress&) = delete;
-    conversion_progress& operator=(const conversion_progress&) = delete;
-    ~conversion_progress()
-    {
-        if (terminal_ && done_ > 0) {
-            fmt::print(stderr, "\n");
-        }
-    }
+    explicit conversion_progress(const qk::gguf::file& in) : in_(in), total_(in.tensors().size()), bar_("qk", tensor_bytes(in) / 1000000, "MB") {}
 
     void operator()(const qk::gguf::conversion& c)
     {
         const qk::gguf::tensor_info& t = in_.tensors()[c.index];
         const double fraction = bytes_total_ == 0 ? 1.0 : static_cast<double>(bytes_done_) / static_cast<double>(bytes_total_);
-        bytes_done_ += t.bytes;
         ++done_;
-        constexpr int width = 24;
-        const int filled = static_cast<int>(fraction * width);
         const std::string what = c.to == c.from ? fmt::format("{} copied", qk::gguf::find_tensor_type(c.from)->name)
                                                 : fmt::format("{} -> {}{}", qk::gguf::find_tensor_type(c.from)->name,
                                                               qk::gguf::find_tensor_type(c.to)->name, c.with_importance ? " (imatrix)" : "");
-        const std::string line = fmt::format("[{}{}] {:3.0f}% [{:>{}}/{}] {:<40} {}", std::string(static_cast<std::size_t>(filled), '#'),
-                                             std::string(static_cast<std::size_t>(width - filled), ' '), 100.0 * fraction, done_,
-                                             fmt::format("{}", total_).size(), total_, t.name, what);
-        if (terminal_) {
-            fmt::print(stderr, "\r{:<110}", line);
-        } else {
-            fmt::print(stderr, "{}\n", line);
+        if (bar_.mode() == progress_mode::terminal) {
+            bar_.update(bytes_done_ / 1000000, fmt::format("[{}/{}] {} {}", done_, total_, t.name, what));
+        } else if (bar_.mode() == progress_mode::log) {
+            constexpr int width = 24;
+            const int filled = static_cast<int>(fraction * width);
+            fmt::print(stderr, "[{}{}] {:3.0f}% [{:>{}}/{}] {:<40} {}\n", std::string(static_cast<std::size_t>(filled), '#'),
+                       std::string(static_cast<std::size_t>(width - filled), ' '), 100.0 * fraction, done_,
+                       fmt::format("{}", total_).size(), total_, t.name, what);
+            std::fflush(stderr);
         }
-        std::fflush(stderr);
+        bytes_done_ += t.bytes;
     }
 
+    // Before the summary on stdout, which may share the terminal with the line.
+    void clear() { bar_.clear(); }
+
 private:
+    static std::uint64_t tensor_bytes(const qk::gguf::file& in)
+    {
+        std::uint64_t bytes = 0;
+        for (const qk::gguf::tensor_info& t : in.tensors()) {
+            bytes += t.bytes;
+        }
+        return bytes;
+    }
+
     const qk::gguf::file& in_;
     std::size_t total_;
-    bool terminal_;
+    progress_reporter bar_;
     std::size_t done_ = 0;
-    std::uint64_t bytes_total_ = 0;
+    std::uint64_t bytes_total_ = tensor_bytes(in_);
     std::uint64_t bytes_done_ = 0;
 };
 
@@ -199,11 +221,6 @@ inline std::string readable_size(std::uint64_t bytes)
 {
     const auto b = static_cast<double>(bytes);
     return bytes < (1u << 20) ? fmt::format("{:.1f} KiB", b / 1024) : bytes < (1u << 30) ? fmt::format("{:.1f} MiB", b / (1 << 20)) : fmt::format("{:.2f} GiB", b / (1 << 30));
-}
-
-inline std::size_t threads_or_all(std::size_t threads)
-{
-    return threads != 0 ? threads : std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }
 
 // What quantize and dequantize share: the input opened, a pool of --threads and the progress line
@@ -223,6 +240,7 @@ void convert_gguf(convert_options opt, std::string_view verb, Convert&& convert)
     options.on_tensor = [&progress](const qk::gguf::conversion& c) { progress(c); };
     const qk::gguf::model_conversion conversion = convert(in, options);
     conversion.out.write(opt.output);
+    progress.clear();
     const double seconds = std::chrono::duration<double>(clock::now() - start).count();
     std::error_code ec;
     const std::uintmax_t written = std::filesystem::file_size(opt.output, ec);
@@ -240,10 +258,10 @@ void convert_gguf(convert_options opt, std::string_view verb, Convert&& convert)
 inline void quantize_gguf(const convert_options& opt)
 {
     if (opt.cols != 0 || !opt.importance.empty()) {
-        fail(fmt::format("'{}' is a GGUF file: --cols and --importance are for raw float files (a GGUF file has its shapes; use --imatrix)",
-                         opt.input));
+        usage_fail(fmt::format("'{}' is a GGUF file: --cols and --importance are for raw float files (a GGUF file has its shapes; use --imatrix)",
+                               opt.input));
     }
-    const qk::format type = qk::parse_format(opt.type);
+    const qk::format type = parse_type(opt.type);
     std::optional<qk::gguf::importance_matrix> importance; // read by the write, so it lives here
     convert_gguf(opt, fmt::format("quantized to {}", qk::format_name(type)), [&](const qk::gguf::file& in, const qk::gguf::conversion_options& hooks) {
         if (!opt.imatrix.empty()) {
@@ -268,8 +286,8 @@ inline void quantize_gguf(const convert_options& opt)
 inline void dequantize_gguf(const convert_options& opt)
 {
     if (opt.cols != 0 || !opt.type.empty()) {
-        fail(fmt::format("'{}' is a GGUF file: --type and --cols are for raw block files (a GGUF file says each tensor's type and shape)",
-                         opt.input));
+        usage_fail(fmt::format("'{}' is a GGUF file: --type and --cols are for raw block files (a GGUF file says each tensor's type and shape)",
+                               opt.input));
     }
     convert_gguf(opt, "dequantized to F32",
                  [](const qk::gguf::file& in, const qk::gguf::conversion_options& hooks) { return qk::gguf::dequantize(in, hooks); });
@@ -306,7 +324,7 @@ inline CLI::App* add_convert_command(CLI::App& app, const char* name, const char
         ->check(positive_count());
     cmd->add_option("input", opt.input, input_help)->required();
     cmd->add_option("output", opt.output, output_help)->required();
-    cmd->add_option("--threads", opt.threads, "GGUF files: threads to convert with (default: every hardware thread)")
+    cmd->add_option("--threads", opt.threads, "threads to convert with (default: every hardware thread; raw dequantize uses one)")
         ->type_name("N")
         ->check(positive_count());
     return cmd;
@@ -327,7 +345,9 @@ inline CLI::App* add_quantize(CLI::App& app, convert_options& opt)
                 "to --type, byte for byte what ggml_quantize_chunk writes; IQ4_XS rows that are not whole 256-value blocks\n"
                 "take IQ4_NL; the rest is copied. Metadata is kept, general.file_type and general.quantization_version set.\n"
                 "Raw files have no header: float32 values in, each row's blocks as GGUF stores them out, rows back to back;\n"
-                "--cols is then required. The output is replaced only when everything succeeded.");
+                "--cols is then required, and the output does not say its type: dequantize needs the same --type and --cols.\n"
+                "The output is replaced only when everything succeeded; it must not be the input (nor a link to it) and, if it\n"
+                "exists, must be a regular file (not a device or a pipe).");
     return cmd;
 }
 
@@ -335,44 +355,69 @@ inline CLI::App* add_dequantize(CLI::App& app, convert_options& opt)
 {
     CLI::App* cmd = add_convert_command(app, "dequantize", "dequantize a GGUF model file to F32, or a raw file of block rows to float32", opt,
                                         "GGUF model file, or raw file of blocks", "output file: GGUF, or raw float32");
-    cmd->add_option("-t,--type", opt.type, "raw files: block format: Q8_0, Q8_K, MXFP4, NVFP4, IQ4_NL or IQ4_XS (any letter case)");
+    cmd->add_option("-t,--type", opt.type,
+                    "raw files only: block format of the input, which a raw file cannot confirm: Q8_0, Q8_K, MXFP4, NVFP4, IQ4_NL or "
+                    "IQ4_XS (any letter case)");
     cmd->footer("A GGUF input (known by its magic) has every tensor of qkern's formats, F16 and BF16 written as F32 and the rest\n"
-                "copied. Raw files have no header: each row's blocks as GGUF stores them in, float32 values out; --type and\n"
-                "--cols are then required. The output is replaced only when everything succeeded.");
+                "copied; the types come from the file, so --type is refused. Raw files have no header: each row's blocks as\n"
+                "GGUF stores them in, float32 values out; --type and --cols are then required, and the type cannot be checked:\n"
+                "a file of another format of the same row size is read as --type all the same (values that are not finite\n"
+                "are warned about). The output is replaced only when everything succeeded; it must not be the input (nor a\n"
+                "link to it) and, if it exists, must be a regular file (not a device or a pipe).");
     return cmd;
 }
 
 inline void require_raw_options(const convert_options& opt)
 {
     if (opt.type.empty() || opt.cols == 0) {
-        fail(fmt::format("'{}' is not a GGUF file, so it is read as a raw file, which needs --type and --cols", opt.input));
+        usage_fail(fmt::format("'{}' is not a GGUF file, so it is read as a raw file, which needs --type and --cols", opt.input));
     }
-    if (!opt.imatrix.empty() || opt.threads != 0) {
-        fail(fmt::format("'{}' is not a GGUF file: --imatrix and --threads are for GGUF files (raw files take --importance)", opt.input));
+    if (!opt.imatrix.empty()) {
+        usage_fail(fmt::format("'{}' is not a GGUF file: --imatrix is for GGUF files (raw files take --importance)", opt.input));
     }
+}
+
+// Checked before any work: an output that is the input would be replaced by what was computed
+// from it (the raw forms read it whole first, but a failure part way would still cost the
+// input), and one that is not a regular file would be replaced by the rename.
+inline void check_output(const convert_options& opt)
+{
+    if (same_file(opt.input, opt.output)) {
+        usage_fail(fmt::format("the output '{}' is the input '{}' (the same file{}): write to another file", opt.output, opt.input,
+                               opt.output == opt.input ? "" : ", through a link"));
+    }
+    if (!opt.importance.empty() && same_file(opt.importance, opt.output)) {
+        usage_fail(fmt::format("the output '{}' is the importance file '{}': write to another file", opt.output, opt.importance));
+    }
+    if (!opt.imatrix.empty() && same_file(opt.imatrix, opt.output)) {
+        usage_fail(fmt::format("the output '{}' is the importance matrix '{}': write to another file", opt.output, opt.imatrix));
+    }
+    require_replaceable(opt.output);
 }
 
 inline int run_quantize(const convert_options& opt)
 {
     require_little_endian();
+    check_output(opt);
     if (is_gguf_file(opt.input)) {
         quantize_gguf(opt);
         return 0;
     }
     require_raw_options(opt);
-    qk::visit_format(qk::parse_format(opt.type), [&]<class Block>(std::type_identity<Block>) { quantize_file<Block>(opt); });
+    qk::visit_format(parse_type(opt.type), [&]<class Block>(std::type_identity<Block>) { quantize_file<Block>(opt); });
     return 0;
 }
 
 inline int run_dequantize(const convert_options& opt)
 {
     require_little_endian();
+    check_output(opt);
     if (is_gguf_file(opt.input)) {
         dequantize_gguf(opt);
         return 0;
     }
     require_raw_options(opt);
-    qk::visit_format(qk::parse_format(opt.type), [&]<class Block>(std::type_identity<Block>) { dequantize_file<Block>(opt); });
+    qk::visit_format(parse_type(opt.type), [&]<class Block>(std::type_identity<Block>) { dequantize_file<Block>(opt); });
     return 0;
 }
 

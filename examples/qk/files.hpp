@@ -80,12 +80,35 @@ inline std::vector<float> read_floats(const std::string& path, std::string_view 
     return values;
 }
 
+// Refuses a target that exists and is not a regular file (a device, a pipe, a directory; a link
+// is followed): the rename of pending_file would put a regular file in its place (as root, even
+// in place of /dev/full) instead of writing to it.
+inline void require_replaceable(const std::string& target)
+{
+    std::error_code ec;
+    const std::filesystem::file_status status = std::filesystem::status(target, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+        fail(fmt::format("cannot write '{}': it exists and is not a regular file (a device, a pipe or a directory), and qk "
+                         "writes its output to a temporary file renamed over the target; name a regular file",
+                         target));
+    }
+}
+
+// Whether two paths name one file (the same device and inode: also through a symbolic or a hard
+// link). False when either does not exist or cannot be examined.
+inline bool same_file(const std::string& a, const std::string& b)
+{
+    std::error_code ec;
+    return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
 // A new file beside the target, removed again unless commit() renames it over the target; so a
 // failure at any step leaves the target as it was and no stray file behind.
 class pending_file {
 public:
     explicit pending_file(std::string target) : target_(std::move(target))
     {
+        require_replaceable(target_);
         // fopen's "x" (exclusive create, C11) makes the name ours; the random suffix avoids
         // collisions with other runs. Unlike mkstemp, the file gets the usual 0666 & ~umask.
         std::random_device entropy;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -73,8 +74,19 @@ inline std::string join_present(std::span<const feature> features, std::string_v
     return out.empty() ? std::string(if_none) : out;
 }
 
+inline std::vector<std::string> present_names(std::span<const feature> features)
+{
+    std::vector<std::string> out;
+    for (const feature& f : features) {
+        if (f.present) {
+            out.emplace_back(f.name);
+        }
+    }
+    return out;
+}
+
 // What the compiler was allowed to emit: the instruction sets the kernels can be built for.
-inline std::string compiler_enabled_features()
+inline std::span<const feature> compiler_feature_list()
 {
     static constexpr feature features[] = {
 #if defined(__SSE2__)
@@ -118,22 +130,31 @@ inline std::string compiler_enabled_features()
 #endif
         {false, ""}, // keeps the array non-empty on targets with none of the above
     };
-    return join_present(features, "none of sse2..avx512vbmi, neon, dotprod");
+    return features;
+}
+
+inline std::string compiler_enabled_features()
+{
+    return join_present(compiler_feature_list(), "none of sse2..avx512vbmi, neon, dotprod");
 }
 
 // What the running CPU offers of the features qkern has tags for (qk::running_cpu(), which also
 // checks that the OS saves the wider registers); it may exceed what the flags enable.
-inline std::string cpu_features()
+inline std::vector<feature> cpu_feature_list()
 {
     const qk::cpu_features& cpu = qk::running_cpu();
-    const feature features[] = {
+    return {
         {cpu.sse4_2, "sse4.2"},     {cpu.popcnt, "popcnt"},         {cpu.avx2, "avx2"},
         {cpu.fma, "fma"},           {cpu.f16c, "f16c"},             {cpu.bmi2, "bmi2"},
         {cpu.avx512f, "avx512f"},   {cpu.avx512bw, "avx512bw"},     {cpu.avx512dq, "avx512dq"},
         {cpu.avx512vl, "avx512vl"}, {cpu.avx512vnni, "avx512vnni"}, {cpu.avx512vbmi, "avx512vbmi"},
         {cpu.neon64, "neon"},       {cpu.dotprod, "dotprod"},
     };
-    return join_present(features, "none of the features qkern has kernels for");
+}
+
+inline std::string cpu_features()
+{
+    return join_present(cpu_feature_list(), "none of the features qkern has kernels for");
 }
 
 // The tags of qkern's kernels that this CPU runs, lowest first.
@@ -208,6 +229,14 @@ inline void print_info()
     fmt::print("  compiler       {}, {}\n", compiler_description(), cplusplus_description());
     fmt::print("  native tag     {} (qk::arch::native: the best tag the compiler flags enable)\n",
                qk::arch::name<qk::arch::native>());
+    if constexpr (std::is_same_v<qk::arch::default_tag, qk::arch::runtime>) {
+        fmt::print("  default tag    runtime (qk::arch::default_tag: the flags enable no qkern tag, so qk::dot, quantize, gemv\n"
+                   "                 and gemm called without a tag run the CPU's best kernels, here {})\n",
+                   qk::dispatched_tag_name());
+    } else {
+        fmt::print("  default tag    {} (qk::arch::default_tag: qk::dot, quantize, gemv and gemm called without a tag)\n",
+                   qk::arch::name<qk::arch::default_tag>());
+    }
     fmt::print("  flags enable   {}\n", compiler_enabled_features());
     fmt::print("  CPU offers     {}\n", cpu_features());
     fmt::print("  CPU runs tags  {}\n", runnable_tags());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "progress.hpp"
 #include "inputs.hpp" // tests/inputs.hpp: the seeded inputs the tests use too
 
 #include <backends/cpu/context.hpp>
@@ -127,8 +128,8 @@ inline int run_solve(const solve_options& opt)
     const qk::tri_options tri{.left = !opt.right, .lower = !opt.upper, .unit = opt.unit};
     if (opt.n < 1 || opt.k < 1 || opt.batch < 1 || opt.n > 65536 || opt.k > (std::int64_t{1} << 30) / opt.n ||
         opt.batch > (std::int64_t{1} << 30) / (opt.n * std::max(opt.n, opt.k))) {
-        throw qk::error(fmt::format("qk solve: --n {} --k {} --batch {}: each must be at least 1, and A and B at most 2^30 values",
-                                    opt.n, opt.k, opt.batch));
+        usage_fail(fmt::format("--n {} --k {} --batch {}: each must be at least 1, and A and B at most 2^30 values", opt.n,
+                               opt.k, opt.batch));
     }
     const auto n = static_cast<std::size_t>(opt.n);
     const auto k = static_cast<std::size_t>(opt.k);
@@ -141,13 +142,16 @@ inline int run_solve(const solve_options& opt)
     const auto solve = [&]<class Context>(Context& context, const std::string& where) {
         double best = 1e300;
         double total = 0.0;
+        progress_reporter bar("qk solve", static_cast<std::uint64_t>(opt.repeat), "runs"); // large --n and --repeat take minutes
         for (int r = 0; r < opt.repeat; ++r) {
             const auto start = std::chrono::steady_clock::now();
             context.solve_tri(a.data(), b.data(), x.data(), opt.n, opt.k, opt.batch, tri);
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             best = std::min(best, seconds);
             total += seconds;
+            bar.update(static_cast<std::uint64_t>(r + 1));
         }
+        bar.finish();
         report_solve(opt, tri, a, b, x, best, total, where);
     };
     check_backend(opt.backend);

@@ -4,6 +4,7 @@
 
 #include "common.hpp"
 #include "files.hpp"
+#include "progress.hpp"
 #include "spec_sample.hpp"
 
 #include <algorithm>
@@ -97,6 +98,64 @@ inline CLI::App* add_spec(CLI::App& app, spec_options& opt)
     return cmd;
 }
 
+// The drafters return nothing, without a word, where their rule cannot be met; this says so, with
+// the numbers, when --n and --m or the length of the input rule drafting out for some of them.
+// The rules (include/spec/): a history of L tokens (every token before the sampled one);
+// ngram_simple and ngram_index draft the up to m tokens that followed the latest match of the
+// n-gram and drop a draft shorter than n, and look only once L >= n + m + 2; ngram_map needs a
+// complete occurrence, L >= n + m; ngram_mod needs its pool filled, which happens once
+// L > add_chunk (32), with an n-gram and the token after it, L >= n + 1 (n = 24 for the llama
+// row). The replay checks a draft at history L against the tokens after the sampled one, so it
+// counts drafts only up to L = tokens - 3, and from L = prompt. Each bound is tight: some input
+// drafts at exactly that history (tests/qk_cli.sh replays such inputs).
+inline void warn_when_drafting_is_ruled_out(const spec_options& opt, std::size_t tokens, std::size_t prompt, const std::string& source)
+{
+    const auto n = static_cast<std::size_t>(opt.n);
+    const auto m = static_cast<std::size_t>(opt.m);
+    if (m < n) {
+        fmt::print(stderr,
+                   "qk: warning: --m {} is below --n {}: ngram_simple and ngram_index never draft (a draft is the up to m tokens "
+                   "after the match of the n-gram, and one shorter than n tokens is dropped); give --m of at least {}\n",
+                   m, n, n);
+    }
+    if (tokens < prompt + 3) {
+        fmt::print(stderr,
+                   "qk: warning: {} holds {} tokens and the prompt takes {}: no step leaves a token after its draft to check it "
+                   "against, so nothing is drafted (a replay needs at least 3 tokens after the prompt)\n",
+                   source, tokens, prompt);
+        return;
+    }
+    const std::size_t longest = tokens - 3; // the longest history whose draft can still be checked
+    const qk::spec::ngram_mod_config llama{}; // the add_chunk of both ngram_mod rows, and the n of the llama one
+    const auto add_chunk = static_cast<std::size_t>(llama.add_chunk);
+    const auto llama_n = static_cast<std::size_t>(llama.size_ngram);
+    struct rule {
+        const char* drafters;
+        std::string formula;
+        std::size_t history;
+        bool ruled_out_anyway; // by m < n, already said
+    };
+    const rule rules[] = {
+        {"ngram_simple and ngram_index", "n + m + 2", n + m + 2, m < n},
+        {"ngram_map (both modes)", "n + m", n + m, false},
+        {"ngram_mod (n, m)", fmt::format("max(n + 1, {})", add_chunk + 1), std::max(n + 1, add_chunk + 1), false},
+        {"ngram_mod (llama)", fmt::format("max({} + 1, {})", llama_n, add_chunk + 1), std::max(llama_n + 1, add_chunk + 1), false},
+    };
+    std::string short_of;
+    for (const rule& r : rules) {
+        if (r.history > longest && !r.ruled_out_anyway) {
+            short_of += fmt::format("{}{} {} = {}", short_of.empty() ? "" : ", ", r.drafters, r.formula, r.history);
+        }
+    }
+    if (!short_of.empty()) {
+        fmt::print(stderr,
+                   "qk: warning: {} holds {} tokens, so a draft can be checked only up to a history of {} tokens, and at n = {}, m = {} "
+                   "these drafters need a longer one, so they draft nothing here: {} (a longer input, or a smaller --n or --m "
+                   "where the rule has them)\n",
+                   source, tokens, longest, n, m, short_of);
+    }
+}
+
 inline int run_spec(const spec_options& opt)
 {
     std::vector<std::int32_t> tokens;
@@ -123,6 +182,7 @@ inline int run_spec(const spec_options& opt)
         .n_batch = 512,
         .max_draft = static_cast<std::size_t>(opt.m), // the drafters' own limit, so --m governs alone
     };
+    warn_when_drafting_is_ruled_out(opt, tokens.size(), replay_opt.prompt, source);
     const qk::spec::ngram_config config{.size_ngram = opt.n, .size_mgram = opt.m, .check_rate = 1};
     const qk::spec::ngram_map::config map_config{.size_ngram = opt.n, .size_mgram = opt.m, .check_rate = 1, .min_hits = 1, .values = true};
     auto key_only = map_config;
@@ -133,8 +193,17 @@ inline int run_spec(const spec_options& opt)
     fmt::print("{:<20} {:>9} {:>9} {:>11} {:>12} {:>11} {:>11} {:>9}\n", "drafter", "accepted", "mean len", "tokens/eval",
                "evals saved", "baseline", "drafts", "ns/call");
     std::vector<qk::spec::replay_result> results;
+    // A replay of megabytes takes minutes: progress on stderr over all the rows below, 8 of them.
+    constexpr std::size_t replays = 8;
+    const std::size_t per_replay = tokens.size() - replay_opt.prompt;
+    progress_reporter bar("qk spec", replays * per_replay, "tokens");
+    std::size_t replayed = 0;
     const auto row = [&](std::string_view name, auto&& drafter) {
-        const qk::spec::replay_result r = qk::spec::replay(tokens, drafter, replay_opt);
+        const qk::spec::replay_result r = qk::spec::replay(tokens, drafter, replay_opt, [&](std::size_t reached, std::size_t) {
+            bar.update(replayed + reached - replay_opt.prompt, name);
+        });
+        replayed += per_replay;
+        bar.clear(); // the row goes to stdout, which may share the terminal with the line
         fmt::print("{:<20} {:>8.1f}% {:>9.2f} {:>11.3f} {:>12} {:>11} {:>11} {:>9.1f}\n", name, 100.0 * r.acceptance_rate(),
                    r.mean_accepted(), r.tokens_per_evaluation(), r.evaluations_saved(), r.baseline, r.drafts, r.draft_ns_per_call());
         results.push_back(r);
@@ -158,6 +227,7 @@ inline int run_spec(const spec_options& opt)
     qk::spec::drafter_selection selection{qk::spec::ngram_index(config), qk::spec::ngram_map(map_config), qk::spec::ngram_mod(mod_config),
                                           qk::spec::suffix_drafter(suffix_config)};
     row("selection", selection);
+    bar.finish(fmt::format("qk spec: {} replays of {} tokens", replays, grouped(tokens.size())));
     const char* const chosen_names[] = {"ngram_index", "ngram_map (values)", "ngram_mod (n, m)", "suffix_drafter"};
     fmt::print("\n  selection's choices:");
     for (std::size_t i = 0; i < selection.count; ++i) {
@@ -172,7 +242,7 @@ inline int run_spec(const spec_options& opt)
                "  ns/call: time in draft() per step, one clock read included\n");
     // ngram_index promises exactly ngram_simple's drafts, so any difference here is a library bug.
     if (results[0].drafted != results[1].drafted || results[0].accepted != results[1].accepted || results[0].steps != results[1].steps) {
-        fmt::print(stderr, "qk spec: warning: ngram_index drafted differently from ngram_simple ({} vs {} tokens drafted)\n",
+        fmt::print(stderr, "qk: warning: ngram_index drafted differently from ngram_simple ({} vs {} tokens drafted)\n",
                    results[1].drafted, results[0].drafted);
     }
     return 0;

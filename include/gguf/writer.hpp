@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -157,9 +158,17 @@ public:
     }
 
     // Writes the file to `path` through a temporary file beside it; on any failure the temporary
-    // file is removed, the target is left as it was, and qk::error says what failed.
+    // file is removed, the target is left as it was, and qk::error says what failed. A `path` that
+    // exists and is not a regular file (a device, a pipe, a directory; a link is followed) is
+    // refused before anything is written: the rename would replace it rather than write to it.
     void write(const std::string& path) const
     {
+        std::error_code status_error;
+        const std::filesystem::file_status status = std::filesystem::status(path, status_error);
+        if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+            qk::detail::fail("qk::gguf::writer::write: '", path, "' exists and is not a regular file (a device, a pipe or a directory); "
+                             "the file is written to a temporary file renamed over the target, which would replace it");
+        }
         std::random_device entropy;
         std::string temporary;
         std::FILE* out = nullptr;

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,6 +43,7 @@ public:
     chain& add(sampler s)
     {
         samplers_.push_back(std::move(s));
+        seed_written_.push_back(false);
         return *this;
     }
 
@@ -65,7 +67,9 @@ public:
                 }
                 qk::detail::fail("qk::sampling::chain::parse: sampler ", index, " of '", text, "' is empty");
             }
-            result.add(parse_one(part));
+            bool seed_written = false;
+            result.add(parse_one(part, seed_written));
+            result.seed_written_.back() = seed_written;
             if (end == text.size()) {
                 break;
             }
@@ -146,6 +150,12 @@ public:
         return s;
     }
 
+    // Whether the text parse() read gave sampler i its seed, by name or in its place among the
+    // positional values (dist(seed=7), dist(7)): a caller that reseeds the samplers can leave
+    // alone the seeds its user wrote. False for a sampler that takes no seed, or left it to its
+    // default, and for one added with add(); reseed() does not change it. i >= size(): std::out_of_range.
+    [[nodiscard]] bool seed_written(std::size_t i) const { return seed_written_.at(i); }
+
     [[nodiscard]] std::size_t size() const noexcept { return samplers_.size(); }
     [[nodiscard]] sampler& operator[](std::size_t i) { return samplers_.at(i); }
     [[nodiscard]] const sampler& operator[](std::size_t i) const { return samplers_.at(i); }
@@ -190,7 +200,40 @@ private:
         return s.size();
     }
 
-    [[nodiscard]] static sampler parse_one(std::string_view part)
+    // Where each sampler that takes a seed has it among its positional values: the order its
+    // from_arguments() lists (the chain tests check this against parse() itself).
+    [[nodiscard]] static std::optional<std::size_t> seed_position(std::string_view name) noexcept
+    {
+        if (name == "dist") {
+            return 0;
+        }
+        if (name == "mirostat_v2" || name == "adaptive_p") {
+            return 2;
+        }
+        if (name == "mirostat" || name == "xtc") {
+            return 3;
+        }
+        return std::nullopt;
+    }
+
+    [[nodiscard]] static bool writes_seed(std::string_view name, const std::vector<argument>& args) noexcept
+    {
+        const std::optional<std::size_t> position = seed_position(name);
+        if (!position) {
+            return false;
+        }
+        std::size_t positional = 0;
+        for (const argument& a : args) {
+            if (a.key == "seed") {
+                return true;
+            }
+            positional += a.key.empty() ? 1 : 0;
+        }
+        return positional > *position;
+    }
+
+    // `seed_written`: set to whether the part gives the sampler its seed (see seed_written()).
+    [[nodiscard]] static sampler parse_one(std::string_view part, bool& seed_written)
     {
         const std::size_t open = part.find('(');
         const std::string_view name = trim(part.substr(0, open));
@@ -224,6 +267,7 @@ private:
                 start = end + 1;
             }
         }
+        seed_written = writes_seed(name, args);
         if (name == "greedy") {
             return greedy::from_arguments(std::move(args));
         }
@@ -278,6 +322,7 @@ private:
     }
 
     std::vector<sampler> samplers_;
+    std::vector<bool> seed_written_; // one per sampler
     candidates candidates_;
 };
 

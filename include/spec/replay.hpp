@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,8 +71,16 @@ concept history_drafter = requires(Drafter& drafter, const token_history& histor
 // non-empty draft the drafter's feedback hook is called when it has one: accept(accepted,
 // verified) (ngram_map: `verified` is the draft's length after the replay cut it) or accept(n).
 // The sequence needs more tokens than the prompt.
+//
+// A replay of a long sequence can take minutes, so a caller may follow it: on_progress, when
+// given, is called after each step with the tokens reached so far (the prompt included) and
+// tokens.size(); the first figure only grows, and the last call gives tokens.size() twice. It is
+// outside the draft timing.
+using replay_progress = std::function<void(std::size_t reached, std::size_t total)>;
+
 template <history_drafter Drafter>
-[[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {})
+[[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {},
+                                   const replay_progress& on_progress = {})
 {
     const batch_budget budget(options.n_batch);
     if (options.prompt == 0 || options.prompt >= tokens.size()) {
@@ -114,6 +123,10 @@ template <history_drafter Drafter>
         }
         history.append(tokens.subspan(pos, 1 + accepted));
         pos += 1 + accepted;
+        if (on_progress) {
+            // pos is the last token's position once the loop ends: reached counts it.
+            on_progress(pos + 1, tokens.size());
+        }
     }
     return r;
 }
