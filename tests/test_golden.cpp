@@ -73,7 +73,15 @@ void check_generic_dot(const char* weight_file, const char* activation_file, con
 
 } // namespace
 
-TEST_CASE("golden: E8M0 tables equal ggml's GGML_E8M0_TO_FP32 and _HALF")
+TEST_CASE("golden: the vectors' directory")
+{
+    if (!golden_present()) {
+        MESSAGE("no golden vectors at QKERN_GOLDEN_DIR=" QKERN_GOLDEN_DIR ": the 8 test cases that compare with ggml's vectors "
+                "are skipped (configure with -DQKERN_GOLDEN_DIR=<dir>, or with the environment variable of that name set)");
+    }
+}
+
+TEST_CASE("golden: E8M0 tables equal ggml's GGML_E8M0_TO_FP32 and _HALF" * doctest::skip(!golden_present()))
 {
     const auto full = load<float>("e8m0_to_fp32.f32");
     const auto half = load<float>("e8m0_to_fp32_half.f32");
@@ -87,7 +95,7 @@ TEST_CASE("golden: E8M0 tables equal ggml's GGML_E8M0_TO_FP32 and _HALF")
     }
 }
 
-TEST_CASE("golden: the UE4M3 table equals ggml's NVFP4 scale decoding")
+TEST_CASE("golden: the UE4M3 table equals ggml's NVFP4 scale decoding" * doctest::skip(!golden_present()))
 {
     const auto half = load<float>("ue4m3_to_fp32_half.f32");
     REQUIRE(half.size() == 256);
@@ -97,7 +105,7 @@ TEST_CASE("golden: the UE4M3 table equals ggml's NVFP4 scale decoding")
     }
 }
 
-TEST_CASE("golden: model-file quantizers reproduce ggml's bytes")
+TEST_CASE("golden: model-file quantizers reproduce ggml's bytes" * doctest::skip(!golden_present()))
 {
     SUBCASE("Q8_0") { check_quantizer<qk::block_q8_0>("q8_0.ref.bin"); }
     SUBCASE("Q8_K") { check_quantizer<qk::block_q8_K>("q8_K.ref.bin"); }
@@ -107,7 +115,7 @@ TEST_CASE("golden: model-file quantizers reproduce ggml's bytes")
     SUBCASE("IQ4_XS") { check_quantizer<qk::block_iq4_xs>("iq4_xs.ref.bin"); }
 }
 
-TEST_CASE("golden: activation quantizers reproduce ggml's reference bytes")
+TEST_CASE("golden: activation quantizers reproduce ggml's reference bytes" * doctest::skip(!golden_present()))
 {
     const auto input = load<float>("input_a.f32");
     const auto q8_0 = quantize_all<qk::block_q8_0>(input);
@@ -120,7 +128,7 @@ TEST_CASE("golden: activation quantizers reproduce ggml's reference bytes")
     CHECK(std::ranges::equal(bytes_of(q8_K), bytes_of(q8_K_expected)));
 }
 
-TEST_CASE("golden: IQ4_NL without the scale search matches quantize_row_iq4_nl_ref")
+TEST_CASE("golden: IQ4_NL without the scale search matches quantize_row_iq4_nl_ref" * doctest::skip(!golden_present()))
 {
     const auto input = load<float>("input_w.f32");
     const auto expected = load<qk::block_iq4_nl>("iq4_nl.ref.bin");
@@ -145,7 +153,7 @@ TEST_CASE("golden: IQ4_NL without the scale search matches quantize_row_iq4_nl_r
     CHECK(differing == 44); // as the golden README says: the two quantizers differ in 44 of 64 blocks
 }
 
-TEST_CASE("golden: dequantizers reproduce ggml's to_float bit for bit")
+TEST_CASE("golden: dequantizers reproduce ggml's to_float bit for bit" * doctest::skip(!golden_present()))
 {
     SUBCASE("Q8_0") { check_dequantizer<qk::block_q8_0>("q8_0.ref.bin", "q8_0.ref.deq.f32"); }
     SUBCASE("Q8_K") { check_dequantizer<qk::block_q8_K>("q8_K.ref.bin", "q8_K.ref.deq.f32"); }
@@ -156,7 +164,7 @@ TEST_CASE("golden: dequantizers reproduce ggml's to_float bit for bit")
     SUBCASE("IQ4_XS") { check_dequantizer<qk::block_iq4_xs>("iq4_xs.ref.bin", "iq4_xs.ref.deq.f32"); }
 }
 
-TEST_CASE("golden: generic dot products equal ggml's portable loops bit for bit")
+TEST_CASE("golden: generic dot products equal ggml's portable loops bit for bit" * doctest::skip(!golden_present()))
 {
     SUBCASE("Q8_0 x Q8_0") { check_generic_dot<qk::block_q8_0>("q8_0.ref.bin", "act.q8_0.bin", "dot.q8_0.ref.generic.f32"); }
     SUBCASE("MXFP4 x Q8_0") { check_generic_dot<qk::block_mxfp4>("mxfp4.ref.bin", "act.q8_0.bin", "dot.mxfp4.ref.generic.f32"); }

@@ -228,7 +228,12 @@ inline void copy_metadata(const file& in, writer& out, std::string_view what)
 // except for token_embd.weight, which it quantizes without). Values that cannot be quantized
 // (not finite, or beyond the format's range) are found while writing: qk::error naming the
 // tensor and rows, and no file is left behind.
-[[nodiscard]] inline model_conversion quantize(const file& in, const quantize_options& opt)
+//
+// (quantize and dequantize are templates only so that a program that never calls them does not
+// instantiate the quantizers of every format on every architecture tag: <qkern.hpp> includes this
+// header. Call them as plain functions.)
+template <class = void>
+[[nodiscard]] model_conversion quantize(const file& in, const quantize_options& opt)
 {
     const std::optional<std::uint32_t> file_type = file_type_of(opt.type);
     if (!file_type) {
@@ -310,7 +315,9 @@ inline void copy_metadata(const file& in, writer& out, std::string_view what)
 // Every tensor of one of qkern's formats, and every F16 and BF16 tensor, to F32; the rest (types
 // qkern has no kernels for) copied. general.file_type becomes ALL_F32 when no quantized tensor is
 // left, and stays otherwise.
-[[nodiscard]] inline model_conversion dequantize(const file& in, const dequantize_options& opt = {})
+// (A template for the reason given above quantize.)
+template <class = void>
+[[nodiscard]] model_conversion dequantize(const file& in, const dequantize_options& opt = {})
 {
     model_conversion result;
     detail::copy_metadata(in, result.out, "dequantize");

@@ -42,6 +42,7 @@
 #include "../candidates.hpp"
 #include "../parameters.hpp"
 #include "../random.hpp"
+#include "../sampler.hpp"
 #include "dist.hpp"
 #include "top_k.hpp"
 
