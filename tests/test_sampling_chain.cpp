@@ -13,6 +13,25 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <cstdio>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
+
+// Sanitizers reserve terabytes of shadow memory: an address-space limit cannot be set under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define QK_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define QK_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef QK_TEST_SANITIZED
+#define QK_TEST_SANITIZED 0
+#endif
+
 #include "inputs.hpp"
 
 namespace {
@@ -327,3 +346,65 @@ TEST_CASE("vocabularies: the token id type bounds it, a one-token vocabulary wor
     const std::span<const float> huge(&dummy, static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()) + 1);
     CHECK_THROWS_WITH_AS(qs::chain::parse("greedy").sample(huge), doctest::Contains("exceed the token id type"), qk::error);
 }
+
+#if defined(__linux__) && !QK_TEST_SANITIZED
+namespace {
+
+// Runs f in a child process whose address space may grow by at most `headroom` bytes; whether f
+// returned normally (an exception or a signal in the child is a failure).
+template <class F>
+bool runs_within_address_space(std::size_t headroom, F&& f)
+{
+    const pid_t child = fork();
+    if (child == 0) {
+        long pages = 0;
+        if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(statm, "%ld", &pages) != 1) {
+                pages = 0;
+            }
+            std::fclose(statm);
+        }
+        const rlim_t limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom;
+        const rlimit as{limit, limit};
+        if (pages == 0 || setrlimit(RLIMIT_AS, &as) != 0) {
+            _exit(3);
+        }
+        try {
+            f();
+        } catch (...) {
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+} // namespace
+
+TEST_CASE("history windows of 2^31 - 1 tokens cost what they hold, not their capacity")
+{
+    // penalties and DRY used to reserve their whole window when parsed: 8 GiB for the tokens and
+    // 16 GiB for the counts, std::bad_alloc under an address-space limit. Here 1 GiB more than
+    // the test process already maps is plenty for a few hundred tokens.
+    const std::vector<float> logits = qk_inputs::normal(1000, 3.0f, 5);
+    for (const char* text : {"penalties(2147483647, 1.1);dist", "dry(last_n=2147483647, multiplier=0.8);dist",
+                             "penalties(last_n=2147483647, repeat=1.2);dry(last_n=2147483647, multiplier=0.8);dist(seed=3)"}) {
+        CAPTURE(text);
+        // The same chain with a window longer than the run: never full, so both draw the same tokens.
+        std::string bounded_text(text);
+        for (std::size_t at; (at = bounded_text.find("2147483647")) != std::string::npos;) {
+            bounded_text.replace(at, 10, "4096");
+        }
+        CHECK(runs_within_address_space(std::size_t{1} << 30, [&] {
+            qk::sampling::chain huge = qk::sampling::chain::parse(text);
+            qk::sampling::chain bounded = qk::sampling::chain::parse(bounded_text);
+            for (int i = 0; i < 200; ++i) {
+                if (huge.sample(logits) != bounded.sample(logits)) {
+                    throw std::runtime_error("the chains drew different tokens");
+                }
+            }
+        }));
+    }
+}
+#endif

@@ -11,12 +11,9 @@ namespace qk::sampling::detail {
 
 class recent_tokens {
 public:
-    explicit recent_tokens(std::int32_t last_n) : last_n_(last_n)
-    {
-        if (last_n > 0) {
-            ring_.reserve(static_cast<std::size_t>(last_n));
-        }
-    }
+    // Nothing is reserved: the window grows with the tokens pushed, so a window as large as
+    // last_n = 2^31 - 1 costs only what it holds (reserving it took 8 GiB at parse time).
+    explicit recent_tokens(std::int32_t last_n) : last_n_(last_n) {}
 
     // Adds a token; returns the one that fell out of a full window.
     std::optional<std::int32_t> push(std::int32_t token)

@@ -40,9 +40,6 @@ public:
             qk::detail::fail("qk::sampling::penalties: last_n=", cfg.last_n, ", repeat=", cfg.repeat, ", frequency=", cfg.frequency,
                              ", presence=", cfg.presence, ": last_n must be -1 or more and the factors numbers");
         }
-        if (cfg.last_n > 0) {
-            counts_.reserve(static_cast<std::size_t>(cfg.last_n) + 1);
-        }
     }
 
     void apply(candidates& c) const
