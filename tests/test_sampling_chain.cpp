@@ -109,6 +109,31 @@ TEST_CASE("chain::parse errors name the offending part")
     fails_with("mirostat(m=0)", "m=0");
     fails_with("temp(nan);dist", "is not a number");
     fails_with("temp(1e39);dist", "does not fit a float");
+    // 2^128 - 2^103, halfway from FLT_MAX to 2^128: rounds to inf.
+    fails_with("temp(340282356779733661637539395458142568448);dist", "does not fit a float");
+    fails_with("logit_bias(0=-340282356779733661637539395458142568448);dist", "does not fit a float");
+}
+
+TEST_CASE("the largest floats survive the describe() round trip")
+{
+    // describe() writes FLT_MAX as 3.4028235e+38, a little above it; parse() once refused that,
+    // so a chain holding FLT_MAX described itself as text that did not parse (found by fuzzing).
+    constexpr float max = std::numeric_limits<float>::max();
+    // The last: the largest double below the midpoint that rounds to inf.
+    for (const char* text : {"temp(3.4028234e38);greedy", "temp(-3.4028235e+38);greedy",
+                             "logit_bias(0=3.4028235e38,1=-3.4028235e38);greedy", "temp(3.4028235677973362e38);greedy"}) {
+        CAPTURE(text);
+        const qs::chain c = qs::chain::parse(text);
+        const std::string described = c.describe();
+        CHECK(qs::chain::parse(described).describe() == described);
+    }
+    CHECK(qs::chain::parse("temp(3.4028235e+38);greedy").describe() == "temp(t=3.4028235e+38);greedy");
+    CHECK(qs::chain::parse("temp(3.4028235677973362e38);greedy").describe() == "temp(t=3.4028235e+38);greedy");
+    const qs::chain biased = qs::chain::parse("logit_bias(0=3.4028235e38,1=-3.4028235e38);greedy");
+    const auto* bias = biased[0].get<qs::logit_bias>();
+    REQUIRE(bias != nullptr);
+    CHECK(bias->biases()[0].second == max);
+    CHECK(bias->biases()[1].second == -max);
 }
 
 TEST_CASE("sample is select then accept; final candidates carry probabilities")

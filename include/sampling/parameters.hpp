@@ -96,7 +96,11 @@ public:
         if (ec != std::errc{} || end != t.data() + t.size() || std::isnan(v)) {
             fail(name, "='", *text, "' is not a number");
         }
-        if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
+        // Refused only where the float would be inf: from the midpoint between FLT_MAX and 2^128
+        // up. FLT_MAX itself is written 3.4028235e+38 (shortest{}, so describe() too), a little
+        // above it, and must read back as FLT_MAX.
+        constexpr double float_overflow = 0x1.ffffffp+127;
+        if (std::isfinite(v) && std::fabs(v) >= float_overflow) {
             fail(name, "='", *text, "' does not fit a float");
         }
         return static_cast<float>(v);
