@@ -247,6 +247,23 @@ TEST_CASE_TEMPLATE_DEFINE("gemv and gemm reject bad shapes with a qk::error nami
 }
 TEST_CASE_TEMPLATE_APPLY(gemv_gemm_reject_bad_shapes, qk::weight_formats::tuple);
 
+// Zero cols make x empty for any number of columns: a count near SIZE_MAX is valid and must cost
+// nothing (fuzz/kernels.cpp found gemm quantizing 2^63 empty columns), and with rows it is bounded
+// by y, every value of which is an empty dot product.
+TEST_CASE_TEMPLATE_DEFINE("gemm of zero cols and a huge column count does no work", Block, gemm_zero_cols_huge_columns)
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    thread_pool pool(2);
+    const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2 + 1;
+    std::vector<activation> scratch;
+    qk::gemm<Block>({}, 0, 0, huge, {}, {}, pool, scratch);
+    qk::gemm<Block>({}, 0, 0, huge, {}, {}, pool);
+    auto y = sentinel_filled(6);
+    qk::gemm<Block>({}, 3, 0, 2, {}, y, pool, scratch);
+    CHECK(std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == 0; }));
+}
+TEST_CASE_TEMPLATE_APPLY(gemm_zero_cols_huge_columns, qk::weight_formats::tuple);
+
 namespace {
 
 // The highest tag of qk::arch::all the running CPU supports, found here from the feature checks

@@ -172,6 +172,30 @@ TEST_CASE_TEMPLATE_DEFINE("packed gemm rejects bad shapes with a qk::error namin
 }
 TEST_CASE_TEMPLATE_APPLY(packed_gemm_rejects, qk::weight_formats::tuple);
 
+// Zero columns accept any number of rows: near SIZE_MAX the tile count must not wrap, nor the
+// empty tiles take forever to pack (fuzz/kernels.cpp hung on rows = 2^63 + 1), and gemm refuses a
+// y that cannot have so many values.
+TEST_CASE_TEMPLATE_DEFINE("packed_matrix of zero columns and rows near SIZE_MAX", Block, packed_zero_columns_huge_rows)
+{
+    constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
+    for (const std::size_t rows : {size_max, size_max / 2 + 1}) {
+        CAPTURE(rows);
+        const qk::packed_matrix<Block> packed(std::span<const Block>(), rows, 0);
+        CHECK(packed.rows() == rows);
+        REQUIRE(packed.tiles() == rows / qk::packed_tile_rows + (rows % qk::packed_tile_rows != 0 ? 1 : 0)); // was 0 for SIZE_MAX
+        CHECK(packed.bytes() == 0);
+        thread_pool pool(1);
+        std::vector<float> y(4);
+        CHECK_THROWS_WITH_AS(qk::gemv(packed, std::span<const float>(), y, pool), doctest::Contains("y has 4 values"), qk::error);
+    }
+    // No rows and no columns: any number of activation vectors matches empty x and y, and there
+    // is nothing to do (this spun through 2^63 empty columns).
+    thread_pool pool(2);
+    const qk::packed_matrix<Block> empty(std::span<const Block>(), 0, 0);
+    qk::gemm(empty, size_max / 2 + 1, std::span<const float>(), std::span<float>(), pool);
+}
+TEST_CASE_TEMPLATE_APPLY(packed_zero_columns_huge_rows, qk::weight_formats::tuple);
+
 TEST_CASE_TEMPLATE_DEFINE("the CPU context's gemm owns its weights and equals qk::dot per value", Block, context_gemm_owns)
 {
     constexpr std::size_t size = qk::format_traits<Block>::block_size;

@@ -1,7 +1,9 @@
 // qk::dot: the dot product of a row of quantized weights with a row of quantized activations
 // (Q8_0·Q8_0, MXFP4·Q8_0, IQ4_NL·Q8_0, NVFP4·Q8_0, IQ4_XS·Q8_K), on an architecture tag: by default
 // qk::arch::default_tag (the flags' tag, or in a build without -march the running CPU's best,
-// chosen once). Kernels live under dot/, one file per instruction set.
+// chosen once). Kernels live under dot/, one file per instruction set. Activation blocks are
+// those qk::quantize writes, codes in [-127, 127]: a code of -128, which no quantizer writes,
+// makes the SIMD tags' results differ from the reference's (x86's sign instructions cannot negate it).
 #pragma once
 
 #include <cstddef>

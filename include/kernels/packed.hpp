@@ -176,7 +176,8 @@ public:
         if (blocks_ == 0 && !w.empty()) {
             detail::fail("qk::packed_matrix<", name, ">: w has ", w.size(), " blocks but cols is 0");
         }
-        tiles_ = (rows + packed_tile_rows - 1) / packed_tile_rows;
+        // (rows + 15) / 16 would wrap for rows near SIZE_MAX, which zero columns allow.
+        tiles_ = rows / packed_tile_rows + (rows % packed_tile_rows != 0 ? 1 : 0);
         using traits = packed_traits<Block>;
         const std::size_t raw = blocks_ * traits::groups_per_block * traits::code_bytes + blocks_ * traits::scale_bytes;
         tile_bytes_ = (raw + 63) / 64 * 64;
@@ -184,12 +185,14 @@ public:
             detail::fail("qk::packed_matrix<", name, ">: rows ", rows, " x cols ", cols, " do not fit in memory");
         }
         const std::size_t total = tiles_ * tile_bytes_;
+        // Zero columns make empty tiles, however many rows: nothing to pack (and looping over
+        // 2^60 of them would never end).
         if (total != 0) {
             bytes_ = detail::large_array<std::uint8_t>(total);
             std::memset(bytes_.data(), 0, total);
-        }
-        for (std::size_t t = 0; t < tiles_; ++t) {
-            pack_tile(w, t);
+            for (std::size_t t = 0; t < tiles_; ++t) {
+                pack_tile(w, t);
+            }
         }
     }
 

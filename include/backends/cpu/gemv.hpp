@@ -120,7 +120,9 @@ void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, 
     using activation = typename format_traits<Block>::vec_dot_type;
     const std::size_t cols = shape.blocks_per_row * format_traits<Block>::block_size;
     const std::size_t activation_blocks = shape.blocks_per_row * activation_blocks_per_block<Block>;
-    for (std::size_t c = 0; c < shape.columns; ++c) {
+    // Zero columns of x leave nothing to quantize, however many vectors (up to SIZE_MAX: x's size
+    // bounds only columns * cols) there are.
+    for (std::size_t c = 0; c < shape.columns && cols != 0; ++c) {
         quantize<activation, Arch>(x.subspan(c * cols, cols), std::span<activation>(scratch + c * activation_blocks, activation_blocks));
     }
     if (shape.rows == 0) {

@@ -46,7 +46,8 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     std::uint8_t* panel = scratch.data();
     // Quantized and arranged a column set per task: serial, this would cost a tenth of a
     // two-thread product of 128 columns. A non-finite x throws here, before y is written.
-    const std::size_t sets = (columns + packed_panel_columns - 1) / packed_panel_columns;
+    // (None when x has zero columns, where columns is bounded by nothing: see gemv.hpp's gemm_on.)
+    const std::size_t sets = cols == 0 ? 0 : columns / packed_panel_columns + (columns % packed_panel_columns != 0 ? 1 : 0);
     pool.run(sets, [&](std::size_t set) {
         const std::size_t c0 = set * packed_panel_columns;
         const std::size_t n = std::min(packed_panel_columns, columns - c0);
