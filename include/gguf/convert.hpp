@@ -234,7 +234,7 @@ inline void copy_metadata(const file& in, writer& out, std::string_view what)
 // header. Call them as plain functions.)
 template <class = void>
 [[nodiscard]] model_conversion quantize(const file& in, const quantize_options& opt)
-{
+try {
     const std::optional<std::uint32_t> file_type = file_type_of(opt.type);
     if (!file_type) {
         qk::detail::fail("qk::gguf::quantize: ", qk::format_name(opt.type),
@@ -310,6 +310,8 @@ template <class = void>
         result.tensors.push_back(std::move(c));
     }
     return result;
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gguf::quantize");
 }
 
 // Every tensor of one of qkern's formats, and every F16 and BF16 tensor, to F32; the rest (types
@@ -318,7 +320,7 @@ template <class = void>
 // (A template for the reason given above quantize.)
 template <class = void>
 [[nodiscard]] model_conversion dequantize(const file& in, const dequantize_options& opt = {})
-{
+try {
     model_conversion result;
     detail::copy_metadata(in, result.out, "dequantize");
     bool quantized_left = false;
@@ -359,6 +361,8 @@ template <class = void>
         result.out.set("general.file_type", file_type_all_f32);
     }
     return result;
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gguf::dequantize");
 }
 
 } // namespace qk::gguf

@@ -232,9 +232,21 @@ template <class Entry, class Name>
 class file {
 public:
     // Maps the file read-only and validates it (header, metadata, tensor infos, data section).
-    explicit file(const std::string& path) : map_(std::make_unique<detail::mapping>(path)), path_(path) { parse(); }
+    explicit file(const std::string& path)
+    try : map_(std::make_unique<detail::mapping>(path)), path_(path)
+    {
+        parse();
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::file");
+    }
     // The same over bytes the caller keeps alive as long as the file and what it returned.
-    explicit file(std::span<const std::byte> bytes) : map_(std::make_unique<detail::mapping>(bytes)), path_("(memory)") { parse(); }
+    explicit file(std::span<const std::byte> bytes)
+    try : map_(std::make_unique<detail::mapping>(bytes)), path_("(memory)")
+    {
+        parse();
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::file");
+    }
 
     file(file&&) noexcept = default;
     file& operator=(file&&) noexcept = default;
@@ -263,7 +275,7 @@ public:
     // nullopt when there is no such key. A value of another type: qk::error naming both types.
     template <class T>
     [[nodiscard]] std::optional<T> get(std::string_view key) const
-    {
+    try {
         const gguf::value* v = find(key);
         if (v == nullptr) {
             return std::nullopt;
@@ -280,6 +292,8 @@ public:
             }
             qk::detail::fail("qk::gguf::file::get: '", key, "' is ", v->type_name(), ", not ", name(type_of<T>()));
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::file::get");
     }
 
     [[nodiscard]] std::span<const tensor_info> tensors() const noexcept { return tensors_; }
@@ -329,10 +343,12 @@ public:
     // An F32, F16 or BF16 tensor as floats (exact: both convert without rounding); another type: qk::error.
     [[nodiscard]] std::vector<float> floats(std::string_view name) const { return floats(tensor(name)); }
     [[nodiscard]] std::vector<float> floats(const tensor_info& t) const
-    {
+    try {
         std::vector<float> out(static_cast<std::size_t>(t.elements()));
         floats(t, 0, out);
         return out;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::file::floats");
     }
     // Values [first, first + out.size()) of an F32, F16 or BF16 tensor, in its memory order, into
     // out: a part of a tensor too large to convert at once. Outside the tensor, or another type:

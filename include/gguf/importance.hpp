@@ -28,14 +28,23 @@ public:
     // Reads `path`: a GGUF file (by its magic) or else the legacy form. A malformed file, an entry
     // whose sums and counts disagree in size, a non-F32 entry or a value that is not finite and
     // non-negative: qk::error naming the file and the entry.
-    explicit importance_matrix(const std::string& path) : path_(path)
+    explicit importance_matrix(const std::string& path)
+    try : path_(path)
     {
         const detail::mapping bytes(path);
         read(bytes.bytes());
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::importance_matrix");
     }
     // The same from bytes in memory; `name` stands for the path in messages and in
     // quantize.imatrix.file.
-    importance_matrix(std::span<const std::byte> bytes, std::string name) : path_(std::move(name)) { read(bytes); }
+    importance_matrix(std::span<const std::byte> bytes, std::string name)
+    try : path_(std::move(name))
+    {
+        read(bytes);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::importance_matrix");
+    }
 
     // The weights for the tensor called `name`: one per column for each of its matrices (a 3-D
     // expert tensor has one set per expert, back to back); nullptr when the file has none.

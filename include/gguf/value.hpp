@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -81,6 +82,23 @@ template <class T>
 struct value {
     std::variant<scalar, array> data;
 
+    value() = default;
+    value(std::variant<scalar, array> v) noexcept : data(std::move(v)) {} // implicit: {scalar(...)} is a value
+    // Copied alternative by alternative, each built in place: libstdc++ 12's variant copy
+    // constructor, when the copy of a string or vector alternative throws (memory ran out), goes
+    // on to destroy the alternative it never built and crashes. Moves cannot throw, so keep theirs.
+    value(const value& other) : data(copy(other.data)) {}
+    value(value&&) noexcept = default;
+    value& operator=(const value& other)
+    {
+        if (this != &other) {
+            data = copy(other.data);
+        }
+        return *this;
+    }
+    value& operator=(value&&) noexcept = default;
+    ~value() = default;
+
     [[nodiscard]] bool is_array() const noexcept { return data.index() == 1; }
     // The value's type: `array` for an array (element_type() says of what).
     [[nodiscard]] value_type type() const noexcept
@@ -100,6 +118,16 @@ struct value {
     bool operator==(const value&) const = default;
 
 private:
+    template <class V>
+    [[nodiscard]] static V copy_alternative(const V& v)
+    {
+        return std::visit([]<class T>(const T& x) { return V(std::in_place_type<T>, x); }, v);
+    }
+    [[nodiscard]] static std::variant<scalar, array> copy(const std::variant<scalar, array>& v)
+    {
+        return std::visit([]<class Inner>(const Inner& inner) { return std::variant<scalar, array>(std::in_place_type<Inner>, copy_alternative(inner)); }, v);
+    }
+
     // The variants skip id 9 (array).
     static constexpr std::uint32_t index_to_id(std::size_t index) noexcept
     {

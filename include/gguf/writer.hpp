@@ -50,10 +50,11 @@ public:
     // Sets `key` (a new key goes last; an existing one keeps its place and takes the new value).
     // An empty key, or general.alignment that is not a uint32 power of two: qk::error.
     void set(std::string_view key, gguf::value v)
-    {
+    try {
         if (key.empty()) {
             qk::detail::fail("qk::gguf::writer::set: the key is empty");
         }
+        std::optional<std::uint32_t> alignment;
         if (key == alignment_key) {
             if (v.is_array() || v.type() != value_type::uint32) {
                 qk::detail::fail("qk::gguf::writer::set: '", key, "' must be uint32, not ", v.type_name());
@@ -62,20 +63,30 @@ public:
             if (a == 0 || (a & (a - 1)) != 0) {
                 qk::detail::fail("qk::gguf::writer::set: '", key, "' = ", a, " is not a power of two");
             }
-            alignment_ = a;
+            alignment = a;
         }
-        // An index, not a search: set_all() of a file with a million keys stays linear.
-        if (const auto at = key_index_.find(std::string(key)); at != key_index_.end()) {
+        // An index, not a search: set_all() of a file with a million keys stays linear. What can
+        // run out of memory comes before anything changes: the writer is as it was on any error.
+        std::string name(key);
+        if (const auto at = key_index_.find(name); at != key_index_.end()) {
             metadata_[at->second].value = std::move(v);
-            return;
+        } else {
+            if (metadata_.size() == metadata_.capacity()) {
+                metadata_.reserve(std::max<std::size_t>(16, 2 * metadata_.size()));
+            }
+            key_index_.emplace(name, metadata_.size());
+            metadata_.push_back({std::move(name), std::move(v)}); // no allocation: reserved, and both moved
         }
-        key_index_.emplace(std::string(key), metadata_.size());
-        metadata_.push_back({std::string(key), std::move(v)});
+        if (alignment) {
+            alignment_ = *alignment;
+        }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::set");
     }
     template <class T>
         requires(!std::is_same_v<std::decay_t<T>, gguf::value>)
     void set(std::string_view key, T&& v)
-    {
+    try {
         using U = std::decay_t<T>;
         if constexpr (std::is_same_v<U, const char*> || std::is_same_v<U, char*> || std::is_same_v<U, std::string_view>) {
             set(key, gguf::value{gguf::scalar(std::in_place_type<std::string>, std::string(v))});
@@ -86,30 +97,54 @@ public:
             static_cast<void>(type_of<U>());
             set(key, gguf::value{gguf::scalar(std::in_place_type<U>, std::forward<T>(v))});
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::set");
     }
     // Copies every metadata entry of `from` (a file being rewritten), in its order.
+    // On any error, memory running out included, the metadata is as it was.
     void set_all(std::span<const metadata_entry> from)
-    {
-        for (const metadata_entry& e : from) {
-            set(e.key, e.value);
+    try {
+        std::vector<metadata_entry> metadata = metadata_;
+        std::unordered_map<std::string, std::size_t> index = key_index_;
+        const std::uint32_t alignment = alignment_;
+        try {
+            for (const metadata_entry& e : from) {
+                set(e.key, e.value);
+            }
+        } catch (...) {
+            metadata_ = std::move(metadata);
+            key_index_ = std::move(index);
+            alignment_ = alignment;
+            throw;
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::set_all");
     }
     // Removes `key`; whether it was there.
     bool erase(std::string_view key)
-    {
+    try {
         const auto at = key_index_.find(std::string(key));
         if (at == key_index_.end()) {
             return false;
         }
+        // The new index is built before anything changes, so that running out of memory does not
+        // leave an index that disagrees with the entries.
+        const std::size_t gone = at->second;
+        std::unordered_map<std::string, std::size_t> index;
+        index.reserve(metadata_.size());
+        for (std::size_t i = 0; i < metadata_.size(); ++i) {
+            if (i != gone) {
+                index.emplace(metadata_[i].key, i < gone ? i : i - 1);
+            }
+        }
         if (key == alignment_key) {
             alignment_ = default_alignment;
         }
-        metadata_.erase(metadata_.begin() + static_cast<std::ptrdiff_t>(at->second));
-        key_index_.clear();
-        for (std::size_t i = 0; i < metadata_.size(); ++i) {
-            key_index_.emplace(metadata_[i].key, i);
-        }
+        metadata_.erase(metadata_.begin() + static_cast<std::ptrdiff_t>(gone));
+        key_index_ = std::move(index);
         return true;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::erase");
     }
 
     // Adds a tensor of ggml type `type` and `shape` (ggml order: shape[0] is the row length) with
@@ -117,7 +152,7 @@ public:
     // unknown type, 0 or more than 4 dimensions, a row that is not whole blocks, or bytes of
     // another size than the shape gives: qk::error.
     void add_tensor(std::string_view name, std::uint32_t type, std::span<const std::uint64_t> shape, std::span<const std::byte> bytes)
-    {
+    try {
         pending p = check_tensor(name, type, shape);
         if (p.info.bytes != bytes.size()) {
             qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "' (", p.info.type_info().name, "): the shape gives ", p.info.bytes,
@@ -125,18 +160,22 @@ public:
         }
         p.data.assign(bytes.begin(), bytes.end());
         push(std::move(p));
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::add_tensor");
     }
     // The same with bytes that `source` writes when the file is written (bytes() or write()), into
     // a buffer of exactly the tensor's size. Whatever the source reads must outlive those calls;
     // an exception from it ends the write, which then leaves no file behind. Checked as above.
     void add_tensor(std::string_view name, std::uint32_t type, std::span<const std::uint64_t> shape, tensor_source source)
-    {
+    try {
         if (!source) {
             qk::detail::fail("qk::gguf::writer::add_tensor: '", name, "': the source is empty");
         }
         pending p = check_tensor(name, type, shape);
         p.source = std::move(source);
         push(std::move(p));
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::add_tensor");
     }
     // The same for blocks of one of qkern's formats.
     template <block_format Block>
@@ -151,10 +190,12 @@ public:
 
     // The whole file, as write() would write it.
     [[nodiscard]] std::vector<std::byte> bytes() const
-    {
+    try {
         std::vector<std::byte> out;
         emit([&](std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); });
         return out;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::bytes");
     }
 
     // Writes the file to `path` through a temporary file beside it; on any failure the temporary
@@ -162,7 +203,7 @@ public:
     // exists and is not a regular file (a device, a pipe, a directory; a link is followed) is
     // refused before anything is written: the rename would replace it rather than write to it.
     void write(const std::string& path) const
-    {
+    try {
         std::error_code status_error;
         const std::filesystem::file_status status = std::filesystem::status(path, status_error);
         if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
@@ -194,12 +235,19 @@ public:
         ok = std::fclose(out) == 0 && ok; // a full disk may show only when the buffer is flushed
         std::error_code ec;
         if (ok) {
-            std::filesystem::rename(temporary, path, ec);
+            try {
+                std::filesystem::rename(temporary, path, ec); // may still run out of memory
+            } catch (...) {
+                std::remove(temporary.c_str());
+                throw;
+            }
         }
         if (!ok || ec) {
             std::remove(temporary.c_str());
             qk::detail::fail("qk::gguf::writer::write: cannot write '", path, "': ", ec ? ec.message() : std::string(std::strerror(write_errno ? write_errno : errno)));
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::gguf::writer::write");
     }
 
 private:
@@ -237,10 +285,16 @@ private:
         return p;
     }
 
+    // Either both the tensor and its name are added or, memory running out, neither.
     void push(pending p)
     {
-        names_.insert(p.info.name);
         tensors_.push_back(std::move(p));
+        try {
+            names_.insert(tensors_.back().info.name);
+        } catch (...) {
+            tensors_.pop_back();
+            throw;
+        }
     }
 
     template <class Sink>

@@ -162,7 +162,7 @@ public:
     packed_matrix() = default;
 
     // Packs rows x cols weights given as GGUF rows (rows * cols / block_size blocks, row-major).
-    packed_matrix(std::span<const Block> w, std::size_t rows, std::size_t cols) : rows_(rows), cols_(cols)
+    packed_matrix(std::span<const Block> w, std::size_t rows, std::size_t cols) try : rows_(rows), cols_(cols)
     {
         constexpr std::string_view name = format_traits<Block>::name;
         if (cols % block_size != 0) {
@@ -194,6 +194,8 @@ public:
                 pack_tile(w, t);
             }
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::packed_matrix");
     }
 
     // A value type: copies are deep (a copy is as large as the original), moves are cheap.

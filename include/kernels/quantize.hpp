@@ -212,7 +212,7 @@ void quantize(std::span<const float> x, std::span<Block> y)
 // whole number of rows of importance.size() columns, as model quantizers apply it.
 template <importance_format Block>
 void quantize(std::span<const float> x, std::span<Block> y, std::span<const float> importance)
-{
+try {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
     detail::check_values<Block>(x);
     detail::check_importance<Block>(x, importance);
@@ -222,16 +222,20 @@ void quantize(std::span<const float> x, std::span<Block> y, std::span<const floa
     detail::quantize_rows(x, std::span<Block>(blocks), importance, 0, y.size() * format_traits<Block>::block_size / importance.size());
     detail::check_scales(x, std::span<const Block>(blocks));
     std::copy(blocks.begin(), blocks.end(), y.begin());
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::quantize");
 }
 
 // Convenience: returns the blocks in a new vector.
 template <block_format Block, class Arch = arch::default_tag>
 [[nodiscard]] std::vector<Block> quantize(std::span<const float> x)
-{
+try {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), x.size() / format_traits<Block>::block_size, "the result");
     std::vector<Block> y(x.size() / format_traits<Block>::block_size);
     quantize<Block, Arch>(x, std::span<Block>(y));
     return y;
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::quantize");
 }
 
 // Decodes x into y (exactly x.size() * block_size floats).

@@ -13,11 +13,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -166,9 +169,24 @@ tri_problem check_solve_tri(const tensor_view<const T>& A, const tensor_view<con
             opt.unit};
 }
 
-// 64-byte aligned scratch, so that rows of a packed tile never straddle cache lines.
+// 64-byte aligned scratch, so that rows of a packed tile never straddle cache lines. Allocated by
+// the aligned operator new, as all of qkern's memory is, so that a program's replacement of it sees
+// this too (the allocation-failure tests do).
 template <class T>
-using solve_tri_buffer = std::vector<T, xsimd::aligned_allocator<T, 64>>;
+struct aligned_64_allocator {
+    using value_type = T;
+    aligned_64_allocator() = default;
+    template <class U>
+    explicit aligned_64_allocator(const aligned_64_allocator<U>&) noexcept
+    {
+    }
+    [[nodiscard]] T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+    friend bool operator==(const aligned_64_allocator&, const aligned_64_allocator&) = default;
+};
+
+template <class T>
+using solve_tri_buffer = std::vector<T, aligned_64_allocator<T>>;
 
 // Solves work items (a batch and a group of its column tiles) one after another, keeping the
 // prepared diagonal of the last batch of A for the next item that uses the same one. What it does
@@ -470,15 +488,29 @@ void solve_tri_views(const tensor_view<const T>& A, const tensor_view<const T>& 
     const std::size_t items = batches * ((tiles + tiles_per_item - 1) / tiles_per_item);
     const std::size_t tasks = std::min(items, threads == 1 ? std::size_t{1} : 4 * threads);
 
-    const auto run_task = [&](std::size_t task) {
-        tri_worker<T, simd> worker(A, B, X, p, tiles_per_item);
-        worker.solve(task * items / tasks, (task + 1) * items / tasks);
-    };
-    if (tasks == 1) {
-        run_task(0);
-    } else {
-        pool.run(tasks, run_task);
+    // Every worker's buffers are allocated before any task writes X, so that running out of
+    // memory leaves X (which may be B) as it was: one worker per thread, as no more tasks than
+    // threads run at once, each task taking a worker no other running task holds. Which worker
+    // solves an item does not change its result.
+    const std::size_t worker_count = std::min(tasks, threads);
+    std::vector<tri_worker<T, simd>> workers;
+    workers.reserve(worker_count);
+    for (std::size_t i = 0; i < worker_count; ++i) {
+        workers.emplace_back(A, B, X, p, tiles_per_item);
     }
+    if (tasks == 1) {
+        workers[0].solve(0, items);
+        return;
+    }
+    const std::unique_ptr<std::atomic<bool>[]> taken(new std::atomic<bool>[worker_count]());
+    pool.run(tasks, [&](std::size_t task) {
+        std::size_t w = 0;
+        while (taken[w].exchange(true, std::memory_order_acquire)) {
+            w = (w + 1) % worker_count;
+        }
+        workers[w].solve(task * items / tasks, (task + 1) * items / tasks);
+        taken[w].store(false, std::memory_order_release);
+    });
 }
 
 // The contiguous entry points: their sizes are checked before views (and byte strides) are built.
@@ -503,18 +535,22 @@ void solve_tri_contiguous(const T* A, const T* B, T* X, std::int64_t n, std::int
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_t<tensor_view<const T>> B, tensor_view<T> X,
                tri_options opt = {})
-{
+try {
     detail::serial_tasks serial;
     detail::solve_tri_views<Arch, T>(A, B, X, opt, serial);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::solve_tri");
 }
 
 // Contiguous buffers, ggml's layout: A is [batch][n][n] row-major; B and X are [batch][n][k] for
 // left solves and [batch][k][n] for right solves. X may equal B (an in-place solve).
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt = {})
-{
+try {
     detail::serial_tasks serial;
     detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, serial);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::solve_tri");
 }
 
 } // namespace qk

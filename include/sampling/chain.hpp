@@ -41,10 +41,11 @@ public:
     chain() = default;
 
     chain& add(sampler s)
-    {
-        samplers_.push_back(std::move(s));
-        seed_written_.push_back(false);
+    try {
+        append(std::move(s), false);
         return *this;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::add");
     }
 
     // Parses `name(args);name(args);...`. Names: greedy, dist, temp (temperature), temp_ext
@@ -53,7 +54,7 @@ public:
     // order. Unknown names, bad values, empty parts, or a chain whose last sampler selects
     // nothing: qk::error naming the part.
     [[nodiscard]] static chain parse(std::string_view text)
-    {
+    try {
         chain result;
         std::size_t start = 0;
         std::size_t index = 0;
@@ -68,8 +69,8 @@ public:
                 qk::detail::fail("qk::sampling::chain::parse: sampler ", index, " of '", text, "' is empty");
             }
             bool seed_written = false;
-            result.add(parse_one(part, seed_written));
-            result.seed_written_.back() = seed_written;
+            sampler one = parse_one(part, seed_written);
+            result.append(std::move(one), seed_written);
             if (end == text.size()) {
                 break;
             }
@@ -77,54 +78,70 @@ public:
         }
         result.check_selects("qk::sampling::chain::parse");
         return result;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::parse");
     }
 
-    // Samples one token from the logits (NaN counts as -inf) and accepts it.
+    // Samples one token from the logits (NaN counts as -inf) and accepts it. On any error, memory
+    // running out included, nothing was accepted: histories, windows and adaptive state are as
+    // they were (the random generators may have drawn, as they do in select()).
     std::int32_t sample(std::span<const float> logits)
-    {
-        const std::int32_t token = select(logits);
-        accept(token);
+    try {
+        prepare_accept(); // the one step that allocates as the window grows, done before any state moves
+        const std::int32_t token = select_token("qk::sampling::chain::sample", logits);
+        accept_prepared(token);
         return token;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::sample");
     }
 
     // Runs the chain without accepting: the token the chain selects. final_candidates() then
     // gives the set it was selected from.
     std::int32_t select(std::span<const float> logits)
-    {
-        check_selects("qk::sampling::chain::sample");
-        candidates_.reset(logits);
-        // Checked before any sampler runs, so that an error leaves every sampler as it was.
-        if (detail::find_finite<arch::vector_native>(logits.data(), logits.size()) == logits.size()) {
-            qk::detail::fail("qk::sampling::chain: all ", logits.size(), " logits are -inf or NaN; nothing can be sampled");
-        }
-        apply(candidates_);
-        return candidates_.selected();
+    try {
+        return select_token("qk::sampling::chain::select", logits);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::select");
     }
 
     // The candidates the last select() or sample() chose from, with probabilities (the softmax of
     // their final logits), in the chain's final order. Converts a whole vocabulary into a list,
     // reading the last step's logits again: they must still be alive and unchanged.
     [[nodiscard]] std::span<const token_data> final_candidates()
-    {
+    try {
         if (candidates_.size() == 0 || candidates_.selected() < 0) {
             qk::detail::fail("qk::sampling::chain::final_candidates: nothing has been sampled yet");
         }
         candidates_.compute_probabilities();
         return candidates_.list();
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::final_candidates");
     }
 
     // The chain as a sampler.
     void apply(candidates& c)
-    {
+    try {
         for (auto& s : samplers_) {
             s.apply(c);
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::apply");
     }
+    // Every sampler takes the token, or none does: room for it is made in all of them first.
     void accept(std::int32_t token)
-    {
+    try {
         detail::check_token("chain", token);
+        prepare_accept();
+        accept_prepared(token);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::accept");
+    }
+    // Makes room for one more accepted token in every sampler (the windows of penalties and dry
+    // grow with use); the accept() that follows then allocates nothing.
+    void prepare_accept()
+    {
         for (auto& s : samplers_) {
-            s.accept(token);
+            s.prepare_accept();
         }
     }
     void reseed(std::uint64_t seed)
@@ -141,13 +158,15 @@ public:
     }
 
     [[nodiscard]] std::string describe() const
-    {
+    try {
         std::string s;
         for (const auto& x : samplers_) {
             s += s.empty() ? "" : ";";
             s += x.describe();
         }
         return s;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::sampling::chain::describe");
     }
 
     // Whether the text parse() read gave sampler i its seed, by name or in its place among the
@@ -161,6 +180,36 @@ public:
     [[nodiscard]] const sampler& operator[](std::size_t i) const { return samplers_.at(i); }
 
 private:
+    std::int32_t select_token(const char* call, std::span<const float> logits)
+    {
+        check_selects(call);
+        candidates_.reset(logits);
+        // Checked before any sampler runs, so that an error leaves every sampler as it was.
+        if (detail::find_finite<arch::vector_native>(logits.data(), logits.size()) == logits.size()) {
+            qk::detail::fail(call, ": all ", logits.size(), " logits are -inf or NaN; nothing can be sampled");
+        }
+        for (auto& s : samplers_) {
+            s.apply(candidates_);
+        }
+        return candidates_.selected();
+    }
+
+    void append(sampler s, bool seed_written)
+    {
+        // Both reserved first, so that running out of memory leaves the chain as it was.
+        samplers_.reserve(samplers_.size() + 1);
+        seed_written_.reserve(seed_written_.size() + 1);
+        samplers_.push_back(std::move(s));
+        seed_written_.push_back(seed_written);
+    }
+
+    void accept_prepared(std::int32_t token)
+    {
+        for (auto& s : samplers_) {
+            s.accept(token);
+        }
+    }
+
     void check_selects(const char* where) const
     {
         if (samplers_.empty()) {

@@ -2,6 +2,7 @@
 // DRY) keep: a ring once full, unbounded for last_n = -1, nothing for last_n = 0.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -14,6 +15,19 @@ public:
     // Nothing is reserved: the window grows with the tokens pushed, so a window as large as
     // last_n = 2^31 - 1 costs only what it holds (reserving it took 8 GiB at parse time).
     explicit recent_tokens(std::int32_t last_n) : last_n_(last_n) {}
+
+    // Makes room for one more token, so that the push() that follows allocates nothing: the
+    // samplers call it before changing anything, so that running out of memory changes nothing.
+    void reserve_one()
+    {
+        if (last_n_ != 0 && ring_.size() == ring_.capacity() && (last_n_ < 0 || ring_.size() < static_cast<std::size_t>(last_n_))) {
+            std::size_t grown = std::max<std::size_t>(16, ring_.size() * 2);
+            if (last_n_ > 0) {
+                grown = std::min(grown, static_cast<std::size_t>(last_n_));
+            }
+            ring_.reserve(grown);
+        }
+    }
 
     // Adds a token; returns the one that fell out of a full window.
     std::optional<std::int32_t> push(std::int32_t token)

@@ -1,7 +1,7 @@
 // qk::sampling::sampler: any sampler as a value. Copying one deep-copies its state (penalty
 // history, mirostat's mu, its random generator), so a copied chain continues exactly as the
 // original would. A sampler type needs apply(candidates&), describe() and `selects`; accept,
-// reseed and reset are optional hooks, called only where the type has them.
+// prepare_accept, reseed and reset are optional hooks, called only where the type has them.
 #pragma once
 
 #include <concepts>
@@ -21,7 +21,9 @@ namespace qk::sampling {
 // sampler (`selects == true`), sets candidates::select(); it may draw random numbers but changes
 // no other state, so the same state applied twice to the same logits does the same thing.
 // accept(token) is told every token the caller keeps (sampled or not), and is where history and
-// feedback state change. reseed(seed) restarts the random generator; reset() forgets history.
+// feedback state change; a type whose accept() allocates makes that room in prepare_accept()
+// (changing nothing else), so that a chain takes a token in all its samplers or, when memory runs
+// out, in none. reseed(seed) restarts the random generator; reset() forgets history.
 // describe() gives the sampler in chain syntax, so that chain::parse(describe()) rebuilds it.
 template <class S>
 concept sampler_type = std::copy_constructible<S> && requires(S& s, const S& cs, candidates& c) {
@@ -52,6 +54,7 @@ public:
 
     void apply(candidates& c) { self_->apply(c); }
     void accept(std::int32_t token) { self_->accept(token); }
+    void prepare_accept() { self_->prepare_accept(); }
     void reseed(std::uint64_t seed) { self_->reseed(seed); }
     void reset() { self_->reset(); }
     [[nodiscard]] bool selects() const { return self_->selects(); }
@@ -75,6 +78,7 @@ private:
         [[nodiscard]] virtual std::unique_ptr<concept_base> clone() const = 0;
         virtual void apply(candidates& c) = 0;
         virtual void accept(std::int32_t token) = 0;
+        virtual void prepare_accept() = 0;
         virtual void reseed(std::uint64_t seed) = 0;
         virtual void reset() = 0;
         [[nodiscard]] virtual bool selects() const = 0;
@@ -91,6 +95,12 @@ private:
         {
             if constexpr (requires { value.accept(token); }) {
                 value.accept(token);
+            }
+        }
+        void prepare_accept() override
+        {
+            if constexpr (requires { value.prepare_accept(); }) {
+                value.prepare_accept();
             }
         }
         void reseed(std::uint64_t seed) override

@@ -26,6 +26,8 @@
 //    n_verified to a drafter with only the two-count form). The drafters not chosen hear nothing,
 //    as llama.cpp's do (their accept sees is_other and returns). A step without feedback is
 //    scored for no drafter.
+//  - Memory running out is a qk::error that leaves the selection's own state as it was; a draft or
+//    begin that fails in one drafter has already run in those before it (see draft()).
 #pragma once
 
 #include <array>
@@ -84,40 +86,58 @@ public:
         }
     }
 
+    // Memory running out (in a drafter, or for the draft returned): qk::error, and the selection's
+    // own state (statistics, proposals, the draft awaiting feedback, the step to score) is as it
+    // was; the drafters before the one that failed in the list have drafted, as a call whose
+    // draft was discarded does (a drafter cannot take a draft back: their check-rate counters,
+    // and ngram_map's key awaiting feedback, have moved on). A selection of one drafter is left as
+    // it was when that drafter fails, not when the returned copy fails after it drafted.
     [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
-    {
-        score_last_step(history, sampled);
-        pending_ = none; // a draft never reported on is forgotten
+    try {
+        std::array<drafter_statistics, count> statistics = statistics_;
+        score_last_step(history, sampled, statistics);
+        std::array<std::vector<std::int32_t>, count> proposals;
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((proposals_[I] = std::get<I>(drafters_).draft(history, sampled)), ...);
+            ((proposals[I] = std::get<I>(drafters_).draft(history, sampled)), ...);
         }(std::make_index_sequence<count>{});
         std::size_t best = none;
         double best_gain = 0;
         for (std::size_t i = 0; i < count; ++i) {
-            if (proposals_[i].empty()) {
+            if (proposals[i].empty()) {
                 continue;
             }
-            ++statistics_[i].drafts;
-            const double gain = expected_gain(i, proposals_[i].size());
+            ++statistics[i].drafts;
+            const double gain = gain_of(statistics[i], proposals[i].size());
             if (best == none || gain > best_gain) {
                 best = i;
                 best_gain = gain;
             }
         }
-        if (best == none) {
-            return {};
+        std::vector<std::int32_t> result;
+        if (best != none) {
+            result = proposals[best]; // the last allocation; the proposals are kept for scoring
+            ++statistics[best].chosen;
         }
-        ++statistics_[best].chosen;
-        pending_ = best;
-        step_ = {history.seen(), sampled, 0, 0};
-        return proposals_[best]; // kept for scoring
+        // Nothing below allocates.
+        statistics_ = statistics;
+        proposals_.swap(proposals);
+        scored_ = none;
+        pending_ = best; // a draft never reported on is forgotten
+        if (best != none) {
+            step_ = {history.seen(), sampled, 0, 0};
+        }
+        return result;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::drafter_selection::draft");
     }
 
     // Feedback on the last draft: the target verified its first n_verified tokens and accepted
     // n_accepted of them. Negative counts, n_accepted above n_verified, or n_verified above the
-    // draft's length: qk::error. Without a draft awaiting feedback, nothing happens.
+    // draft's length: qk::error. Without a draft awaiting feedback, nothing happens. Memory
+    // running out in the chosen drafter's accept: qk::error, and the selection is as it was (the
+    // drafter as its own accept leaves it).
     void accept(std::int32_t n_accepted, std::int32_t n_verified)
-    {
+    try {
         const std::size_t length = pending_length();
         if (n_accepted < 0 || n_accepted > n_verified || (pending_ != none && std::size_t(n_verified) > length)) {
             qk::detail::fail("qk::spec::drafter_selection::accept: n_accepted=", n_accepted, ", n_verified=", n_verified,
@@ -126,7 +146,6 @@ public:
         if (pending_ == none) {
             return;
         }
-        record(n_accepted, n_verified);
         with_drafter(pending_, [&](auto& drafter) {
             if constexpr (requires { drafter.accept(std::int32_t{}, std::int32_t{}); }) {
                 drafter.accept(n_accepted, n_verified);
@@ -134,11 +153,14 @@ public:
                 drafter.accept(n_accepted);
             }
         });
+        record(n_accepted, n_verified); // once the drafter took it
         pending_ = none;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::drafter_selection::accept");
     }
     // The same when all of the draft was verified.
     void accept(std::int32_t n_accepted)
-    {
+    try {
         const auto length = static_cast<std::int32_t>(pending_length());
         if (n_accepted < 0 || (pending_ != none && n_accepted > length)) {
             qk::detail::fail("qk::spec::drafter_selection::accept: n_accepted=", n_accepted, " for a draft of ", length,
@@ -147,7 +169,6 @@ public:
         if (pending_ == none) {
             return;
         }
-        record(n_accepted, length);
         with_drafter(pending_, [&](auto& drafter) {
             if constexpr (requires { drafter.accept(std::int32_t{}); }) {
                 drafter.accept(n_accepted);
@@ -155,15 +176,18 @@ public:
                 drafter.accept(n_accepted, length);
             }
         });
+        record(n_accepted, length);
         pending_ = none;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::drafter_selection::accept");
     }
 
     // Passed on to every drafter that has begin(const token_history&); the statistics carry on,
-    // and the last step is scored for no drafter.
+    // and the last step is scored for no drafter. Memory running out in a drafter's begin:
+    // qk::error, the selection's own state as it was, and the drafters before it in the list
+    // begun.
     void begin(const token_history& history)
-    {
-        pending_ = none;
-        scored_ = none;
+    try {
         std::apply(
             [&](auto&... drafter) {
                 (
@@ -175,30 +199,17 @@ public:
                     ...);
             },
             drafters_);
+        pending_ = none;
+        scored_ = none;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::drafter_selection::begin");
     }
 
     // The match rate a drafter's gain is computed with: its match rate, or the prior.
-    [[nodiscard]] double expected_acceptance(std::size_t i) const noexcept
-    {
-        const drafter_statistics& s = statistics_[i];
-        return s.matched + s.mismatched == 0 ? options_.prior_acceptance : s.match_rate();
-    }
+    [[nodiscard]] double expected_acceptance(std::size_t i) const noexcept { return acceptance_of(statistics_[i]); }
     // The expected number of accepted tokens of drafter i's draft of `length` tokens: r + r^2 + ...
     // + r^length, summed in that order (the same bits on every platform).
-    [[nodiscard]] double expected_gain(std::size_t i, std::size_t length) const noexcept
-    {
-        const double r = expected_acceptance(i);
-        if (r == 1.0) {
-            return double(length);
-        }
-        double term = 1.0;
-        double sum = 0.0;
-        for (std::size_t k = 0; k < length && term > 0.0; ++k) {
-            term *= r;
-            sum += term;
-        }
-        return sum;
-    }
+    [[nodiscard]] double expected_gain(std::size_t i, std::size_t length) const noexcept { return gain_of(statistics_[i], length); }
     [[nodiscard]] const std::array<drafter_statistics, count>& statistics() const noexcept { return statistics_; }
     // The drafter whose draft was returned last and awaits feedback; `none` when none does.
     [[nodiscard]] std::size_t chosen() const noexcept { return pending_; }
@@ -224,6 +235,25 @@ private:
         std::int32_t verified = 0;
     };
 
+    [[nodiscard]] double acceptance_of(const drafter_statistics& s) const noexcept
+    {
+        return s.matched + s.mismatched == 0 ? options_.prior_acceptance : s.match_rate();
+    }
+    [[nodiscard]] double gain_of(const drafter_statistics& s, std::size_t length) const noexcept
+    {
+        const double r = acceptance_of(s);
+        if (r == 1.0) {
+            return double(length);
+        }
+        double term = 1.0;
+        double sum = 0.0;
+        for (std::size_t k = 0; k < length && term > 0.0; ++k) {
+            term *= r;
+            sum += term;
+        }
+        return sum;
+    }
+
     [[nodiscard]] std::size_t pending_length() const noexcept { return pending_ == none ? 0 : proposals_[pending_].size(); }
 
     void record(std::int32_t n_accepted, std::int32_t n_verified) noexcept
@@ -237,11 +267,12 @@ private:
         scored_ = pending_;
     }
 
-    // Scores the drafts of the last step with feedback against what the target produced (header).
-    void score_last_step(const token_history& history, std::int32_t sampled) noexcept
+    // Scores the drafts of the last step with feedback against what the target produced (header),
+    // into `statistics` (a copy of statistics_, kept if the call succeeds).
+    void score_last_step(const token_history& history, std::int32_t sampled,
+                         std::array<drafter_statistics, count>& statistics) const noexcept
     {
         const std::size_t chosen = scored_;
-        scored_ = none;
         if (chosen == none) {
             return;
         }
@@ -261,7 +292,7 @@ private:
             if (draft.empty()) {
                 continue;
             }
-            drafter_statistics& s = statistics_[i];
+            drafter_statistics& s = statistics[i];
             ++s.scored;
             std::size_t k = 0;
             while (k < draft.size() && k < accepted && draft[k] == truth[k]) {

@@ -41,17 +41,30 @@ inline void check_config(const char* drafter, const ngram_config& c)
 }
 
 // Steps 4 and 5 of ngram_simple's definition once a start j is known to match: the draft is the
-// c = min(m, L - (j + n)) tokens after the match, or nothing when c < n. Shared by ngram_simple
-// and ngram_index, whose drafts must be the same.
-[[nodiscard]] inline std::vector<std::int32_t> continuation(std::span<const std::int32_t> history, std::size_t j, std::size_t n,
-                                                           std::size_t m)
+// c = min(m, L - (j + n)) tokens after the match, or nothing when c < n; written to `draft`
+// (which allocates only beyond its capacity). Shared by ngram_simple and ngram_index, whose
+// drafts must be the same.
+inline void continuation(std::span<const std::int32_t> history, std::size_t j, std::size_t n, std::size_t m,
+                         std::vector<std::int32_t>& draft)
 {
     const std::size_t count = std::min(m, history.size() - (j + n));
     if (count < n) {
-        return {};
+        draft.clear();
+        return;
     }
     const auto first = history.begin() + static_cast<std::ptrdiff_t>(j + n);
-    return {first, first + static_cast<std::ptrdiff_t>(count)};
+    draft.assign(first, first + static_cast<std::ptrdiff_t>(count));
+}
+
+// Makes room for `size` elements in v, growing its capacity geometrically (so that growing by a
+// few elements per call stays amortized O(1)): what the drafters do before they change anything,
+// so that memory running out leaves them as they were.
+template <class T>
+void reserve_for(std::vector<T>& v, std::size_t size)
+{
+    if (size > v.capacity()) {
+        v.reserve(std::max(size, std::min(2 * v.capacity(), v.max_size())));
+    }
 }
 
 // Whether the n tokens at history[j] are the pattern: the history's last n - 1 and `sampled`.

@@ -23,6 +23,8 @@
 // first takes back, newest first, the occurrences that reach a position written since the
 // previous call (a cut, or a cut regrown with other tokens), in O(1) each, from a log of what each
 // occurrence added (16 bytes per token). begin() forgets the statistics and reads a history afresh.
+// Memory running out in a call is a qk::error after which the drafter drafts and takes feedback
+// as it would have without the call.
 #pragma once
 
 #include <algorithm>
@@ -58,72 +60,43 @@ public:
         }
     }
 
-    // A history longer than 2^31 - 1 tokens: qk::error, before anything changes.
+    // A history longer than 2^31 - 1 tokens: qk::error, before anything changes. Memory running
+    // out: qk::error, and the drafter drafts and takes feedback as it would have without the call
+    // (its counter and the draft awaiting feedback are as they were; statistics it had read from
+    // the history by then stay, as a later call would have read them).
     [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
-    {
+    try {
         follow(history);
-        last_key_ = no_key;
+        std::int32_t counter = counter_;
+        chosen c;
+        if (detail::due(counter, config_.check_rate)) {
+            c = choose(history.tokens(), sampled);
+        }
         std::vector<std::int32_t> result;
-        if (!detail::due(counter_, config_.check_rate)) {
-            return result;
+        if (c.key != no_key) {
+            const auto first = history.tokens().begin() + c.from;
+            result.assign(first, first + c.length);
         }
-        const auto n = static_cast<std::size_t>(config_.size_ngram);
-        if (history.size() + 1 < n) {
-            return result;
+        // Nothing below allocates.
+        counter_ = counter;
+        last_key_ = c.key;
+        if (c.key != no_key) {
+            last_length_ = c.length;
+            last_cap_ = c.cap;
         }
-        const std::span<const std::int32_t> tokens = history.tokens();
-        const std::int32_t* tail = tokens.data() + (tokens.size() + 1 - n);
-        std::uint64_t h = hash_start;
-        for (std::size_t i = 0; i + 1 < n; ++i) {
-            h = mix(h, tail[i]);
-        }
-        h = mix(h, sampled);
-        const auto matches = [&](const key_stats& k) {
-            const auto p = static_cast<std::size_t>(k.position);
-            return tokens[p + n - 1] == sampled && std::equal(tail, tail + (n - 1), tokens.data() + p);
-        };
-        for (;; h = next(h)) { // hashes of different keys that collide are probed onwards
-            const auto it = keys_.find(h);
-            if (it == keys_.end()) {
-                return result;
-            }
-            if (!matches(it->second)) {
-                continue;
-            }
-            const key_stats& k = it->second;
-            if (k.total < config_.min_hits) {
-                return result;
-            }
-            std::int32_t from = k.latest;
-            std::int32_t agreed = config_.size_mgram;
-            if (config_.values) {
-                std::size_t best = 0;
-                for (std::size_t v = 1; v < k.count; ++v) {
-                    best = k.values[v].hits > k.values[best].hits ? v : best;
-                }
-                from = k.values[best].position;
-                agreed = agreed_length(tokens, k, from);
-                if (agreed == 0) {
-                    return result;
-                }
-            }
-            const auto cap = caps_.find(h);
-            last_cap_ = cap == caps_.end() ? config_.size_mgram : cap->second;
-            const std::int32_t length = std::min(agreed, last_cap_);
-            result.assign(tokens.begin() + from, tokens.begin() + from + length);
-            last_key_ = h;
-            last_length_ = length;
-            return result;
-        }
+        return result;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_map::draft");
     }
 
     // Feedback on the last draft: how many of its tokens the target accepted.
     void accept(std::int32_t n_accepted) { accept(n_accepted, last_length_); }
 
     // The same when the caller verified only the first n_verified tokens of the draft (it cut
-    // the draft to fit its budget): accepting all of those counts as a full acceptance.
+    // the draft to fit its budget): accepting all of those counts as a full acceptance. Memory
+    // running out (a key's first cap): qk::error, and the drafter is as it was.
     void accept(std::int32_t n_accepted, std::int32_t n_verified)
-    {
+    try {
         if (n_accepted < 0 || n_verified < 0) {
             qk::detail::fail("qk::spec::ngram_map::accept: n_accepted=", n_accepted, ", n_verified=", n_verified,
                              ": counts cannot be negative");
@@ -134,17 +107,22 @@ public:
         const bool full = n_accepted >= std::min(n_verified, last_length_);
         // A draft cut short by the values' vote leaves a full acceptance's cap above its length.
         const std::int32_t cap = full ? std::min(config_.size_mgram, 2 * last_cap_) : std::max(1, n_accepted);
-        caps_[last_key_] = cap;
+        caps_[last_key_] = cap; // an insertion that fails inserts nothing
         last_key_ = no_key;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_map::accept");
     }
 
     // Forgets the statistics and reads `history` afresh (the counter and the caps carry on).
-    // Never needed for correctness: it moves the cost of reading out of the next draft().
+    // Never needed for correctness: it moves the cost of reading out of the next draft(). Errors
+    // as draft()'s: on memory running out, the drafter drafts as it would have without the call.
     void begin(const token_history& history)
-    {
+    try {
         check_length(history);
         forget();
         follow(history);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_map::begin");
     }
 
     [[nodiscard]] const config& configuration() const noexcept { return config_; }
@@ -171,6 +149,61 @@ private:
         std::size_t count = 0;     // tracked values
         std::array<value_stats, 4> values{};
     };
+
+    // The draft a due call makes: the key it drafts for (no_key: none), where the drafted tokens
+    // start, how many, and the key's cap. Reads only.
+    struct chosen {
+        std::uint64_t key = no_key;
+        std::int32_t from = 0;
+        std::int32_t length = 0;
+        std::int32_t cap = 0;
+    };
+    [[nodiscard]] chosen choose(std::span<const std::int32_t> tokens, std::int32_t sampled) const
+    {
+        const auto n = static_cast<std::size_t>(config_.size_ngram);
+        if (tokens.size() + 1 < n) {
+            return {};
+        }
+        const std::int32_t* tail = tokens.data() + (tokens.size() + 1 - n);
+        std::uint64_t h = hash_start;
+        for (std::size_t i = 0; i + 1 < n; ++i) {
+            h = mix(h, tail[i]);
+        }
+        h = mix(h, sampled);
+        const auto matches = [&](const key_stats& k) {
+            const auto p = static_cast<std::size_t>(k.position);
+            return tokens[p + n - 1] == sampled && std::equal(tail, tail + (n - 1), tokens.data() + p);
+        };
+        for (;; h = next(h)) { // hashes of different keys that collide are probed onwards
+            const auto it = keys_.find(h);
+            if (it == keys_.end()) {
+                return {};
+            }
+            if (!matches(it->second)) {
+                continue;
+            }
+            const key_stats& k = it->second;
+            if (k.total < config_.min_hits) {
+                return {};
+            }
+            std::int32_t from = k.latest;
+            std::int32_t agreed = config_.size_mgram;
+            if (config_.values) {
+                std::size_t best = 0;
+                for (std::size_t v = 1; v < k.count; ++v) {
+                    best = k.values[v].hits > k.values[best].hits ? v : best;
+                }
+                from = k.values[best].position;
+                agreed = agreed_length(tokens, k, from);
+                if (agreed == 0) {
+                    return {};
+                }
+            }
+            const auto cap = caps_.find(h);
+            const std::int32_t key_cap = cap == caps_.end() ? config_.size_mgram : cap->second;
+            return {h, from, std::min(agreed, key_cap), key_cap};
+        }
+    }
 
     // How many tokens of the value at `from` the key's tracked values agree on (see the header).
     [[nodiscard]] std::int32_t agreed_length(std::span<const std::int32_t> tokens, const key_stats& k, std::int32_t from) const
@@ -222,11 +255,18 @@ private:
         mark_ = {};
     }
 
+    // Reads the history into the statistics. Memory running out (a new key): qk::error, with the
+    // statistics those of the occurrences recorded so far and read_ counting their tokens, all
+    // consistent, and mark_ the previous call's; the next call then keeps what is still the
+    // history's (everything it keeps lies within what that mark saw unchanged) and reads on.
     void follow(const token_history& history)
     {
         check_length(history);
         const auto n = static_cast<std::size_t>(config_.size_ngram);
         const auto m = static_cast<std::size_t>(config_.size_mgram);
+        // One log entry per occurrence: room for all of them first, so that recording one cannot
+        // fail after its key was counted.
+        detail::reserve_for(log_, history.size() >= n + m ? history.size() - (n + m) + 1 : 0);
         // Occurrence j read positions j .. j + n + m - 1: it stays only if all are unchanged.
         const std::size_t unchanged = std::min(read_, history.unchanged_since(mark_));
         const std::size_t valid = unchanged >= n + m ? unchanged - (n + m) + 1 : 0;
@@ -257,7 +297,7 @@ private:
             h = mix(h, history[j + i]);
         }
         for (;; h = next(h)) {
-            auto [it, inserted] = keys_.try_emplace(h);
+            auto [it, inserted] = keys_.try_emplace(h); // the one allocation: failing, it inserts nothing
             key_stats& k = it->second;
             if (inserted) {
                 k.position = static_cast<std::int32_t>(j);
@@ -266,7 +306,7 @@ private:
                 continue; // another key with this hash
             }
             const auto value = static_cast<std::int32_t>(j + n);
-            occurrence& entry = log_.emplace_back(occurrence{h, k.latest, -1});
+            occurrence& entry = log_.emplace_back(occurrence{h, k.latest, -1}); // within the room follow() made
             ++k.total;
             k.latest = value;
             for (std::size_t v = 0; v < k.count; ++v) {

@@ -58,9 +58,10 @@ public:
     static constexpr std::size_t default_size = std::size_t{4} * 1024 * 1024; // llama.cpp's: 16 MiB
     static constexpr std::uint64_t multiplier = 6364136223846793005ull;
 
-    // size_ngram (n) below 1 or a size of 0 entries: qk::error.
+    // size_ngram (n) below 1 or a size of 0 entries: qk::error; so is memory running out for
+    // the entries (4 bytes each).
     explicit ngram_pool(std::int32_t size_ngram, std::size_t size = default_size)
-    {
+    try {
         if (size_ngram < 1 || size == 0) {
             qk::detail::fail("qk::spec::ngram_pool: size_ngram=", size_ngram, ", size=", size,
                              ": the n-gram needs at least 1 token and the pool at least 1 entry");
@@ -72,6 +73,8 @@ public:
         for (std::size_t i = 1; i < n_; ++i) {
             oldest_factor_ *= multiplier;
         }
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_pool::ngram_pool");
     }
 
     // llama.cpp's hash of the tokens of `key` (any number of them).
@@ -160,10 +163,13 @@ struct ngram_mod_config {
 
 class ngram_mod {
 public:
-    // A drafter with a pool of its own (config.pool_size entries). Bad config: qk::error.
-    explicit ngram_mod(ngram_mod_config config = {}) : config_(check(config))
-    {
+    // A drafter with a pool of its own (config.pool_size entries). Bad config, or memory running
+    // out for the pool: qk::error.
+    explicit ngram_mod(ngram_mod_config config = {})
+    try : config_(check(config)) {
         pool_ = std::make_shared<ngram_pool>(config_.size_ngram, config_.pool_size);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_mod::ngram_mod");
     }
     // A drafter reading and writing a shared pool (config.pool_size is not used). A null pool, one
     // hashing another n than config.size_ngram, or a bad config: qk::error. A copy of a drafter
@@ -176,14 +182,19 @@ public:
         }
     }
 
+    // Memory running out (the draft's room, allocated first): qk::error, and the drafter and its
+    // pool are as they were.
     [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
-    {
-        last_length_ = 0;
-        follow(history);
-        std::vector<std::int32_t> result;
+    try {
         const auto n = static_cast<std::size_t>(config_.size_ngram);
         const std::span<const std::int32_t> tokens = history.tokens();
         const std::size_t length = tokens.size();
+        std::vector<std::int32_t> result;
+        if (length >= n) {
+            result.reserve(static_cast<std::size_t>(config_.max_draft)); // the one allocation, before anything changes
+        }
+        last_length_ = 0;
+        follow(history);
         if (length < n) {
             return result;
         }
@@ -199,7 +210,6 @@ public:
         std::uint64_t h = ngram_pool::hash(tokens.subspan(length - n + 1));
         h = h * ngram_pool::multiplier + static_cast<std::uint64_t>(sampled);
         const auto max_draft = static_cast<std::size_t>(config_.max_draft);
-        result.reserve(max_draft);
         for (std::size_t i = 0; i < max_draft; ++i) {
             const std::int32_t token = pool_->at_hash(h);
             if (token == ngram_pool::empty) {
@@ -209,11 +219,13 @@ public:
                 }
                 break;
             }
-            result.push_back(token);
+            result.push_back(token); // within the room reserved
             h = pool_->roll(h, walked(i), token);
         }
         last_length_ = static_cast<std::int32_t>(result.size());
         return result;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_mod::draft");
     }
 
     // Feedback on the last draft: how many of its tokens the target accepted (negative: qk::error).

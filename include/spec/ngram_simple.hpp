@@ -29,24 +29,26 @@ public:
     // size_ngram or size_mgram below 1: qk::error.
     explicit ngram_simple(ngram_config config) : config_(config) { detail::check_config("ngram_simple", config); }
 
+    // Memory running out: qk::error, and the drafter is as it was (its counter has not moved).
     [[nodiscard]] std::vector<std::int32_t> draft(std::span<const std::int32_t> history, std::int32_t sampled)
-    {
+    try {
+        std::int32_t counter = counter_;
         std::vector<std::int32_t> result;
-        if (!detail::due(counter_, config_.check_rate)) {
-            return result;
-        }
         const auto n = static_cast<std::size_t>(config_.size_ngram);
         const auto m = static_cast<std::size_t>(config_.size_mgram);
         const std::size_t length = history.size();
-        if (length <= n + m + 1) {
-            return result;
-        }
-        for (std::size_t j = length - n - 1; j >= 1; --j) {
-            if (detail::matches_pattern(history, j, n, sampled)) {
-                return detail::continuation(history, j, n, m);
+        if (detail::due(counter, config_.check_rate) && length > n + m + 1) {
+            for (std::size_t j = length - n - 1; j >= 1; --j) {
+                if (detail::matches_pattern(history, j, n, sampled)) {
+                    detail::continuation(history, j, n, m, result);
+                    break;
+                }
             }
         }
+        counter_ = counter; // once nothing can fail
         return result;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::ngram_simple::draft");
     }
     [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
     {

@@ -3,7 +3,8 @@
 // it), with the batch budget applied to the prompt and to each drafted evaluation. It reports
 // what drafting would save: acceptance rate, mean accepted length, tokens per evaluation,
 // evaluations saved against one evaluation per token, and the drafter's time per call. Any
-// drafter reading a token_history (the history_drafter concept below) can be replayed.
+// drafter reading a token_history (the history_drafter concept below) can be replayed. On an
+// error, a copyable drafter is as it was (see replay()).
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../kernels/error.hpp"
@@ -76,22 +79,21 @@ concept history_drafter = requires(Drafter& drafter, const token_history& histor
 // given, is called after each step with the tokens reached so far (the prompt included) and
 // tokens.size(); the first figure only grows, and the last call gives tokens.size() twice. It is
 // outside the draft timing.
+//
+// On any error (memory running out: qk::error; an exception of on_progress or of the drafter
+// passes unchanged), a drafter that can be copied is as it was: the replay runs on a copy, which
+// replaces it once the replay is complete (what the drafter shares with others, such as an
+// ngram_mod's pool or a suffix_corpus, is not copied: the pool keeps what was added to it). A
+// drafter that cannot be copied (or moved without throwing) is replayed in place, and an error
+// leaves it where the replay stopped.
 using replay_progress = std::function<void(std::size_t reached, std::size_t total)>;
 
+namespace detail {
+
 template <history_drafter Drafter>
-[[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {},
-                                   const replay_progress& on_progress = {})
+void replay_steps(std::span<const std::int32_t> tokens, Drafter& drafter, const replay_options& options, const replay_progress& on_progress,
+                  const batch_budget& budget, replay_result& r)
 {
-    const batch_budget budget(options.n_batch);
-    if (options.prompt == 0 || options.prompt >= tokens.size()) {
-        qk::detail::fail("qk::spec::replay: prompt=", options.prompt, " for a sequence of ", tokens.size(),
-                         " tokens; the prompt needs at least 1 token and the sequence more than the prompt");
-    }
-    replay_result r;
-    r.prompt_evaluations = budget.evaluations(options.prompt);
-    r.evaluations = r.prompt_evaluations;
-    r.generated = tokens.size() - options.prompt;
-    r.baseline = r.prompt_evaluations + r.generated - 1;
     const std::size_t max_draft = options.max_draft;
     // pos: the token the target has just chosen (sampled); everything before it is the history.
     std::size_t pos = options.prompt;
@@ -128,7 +130,34 @@ template <history_drafter Drafter>
             on_progress(pos + 1, tokens.size());
         }
     }
+}
+
+} // namespace detail
+
+template <history_drafter Drafter>
+[[nodiscard]] replay_result replay(std::span<const std::int32_t> tokens, Drafter& drafter, replay_options options = {},
+                                   const replay_progress& on_progress = {})
+try {
+    const batch_budget budget(options.n_batch);
+    if (options.prompt == 0 || options.prompt >= tokens.size()) {
+        qk::detail::fail("qk::spec::replay: prompt=", options.prompt, " for a sequence of ", tokens.size(),
+                         " tokens; the prompt needs at least 1 token and the sequence more than the prompt");
+    }
+    replay_result r;
+    r.prompt_evaluations = budget.evaluations(options.prompt);
+    r.evaluations = r.prompt_evaluations;
+    r.generated = tokens.size() - options.prompt;
+    r.baseline = r.prompt_evaluations + r.generated - 1;
+    if constexpr (std::is_copy_constructible_v<Drafter> && std::is_nothrow_move_assignable_v<Drafter>) {
+        Drafter replayed = drafter;
+        detail::replay_steps(tokens, replayed, options, on_progress, budget, r);
+        drafter = std::move(replayed);
+    } else {
+        detail::replay_steps(tokens, drafter, options, on_progress, budget, r);
+    }
     return r;
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::spec::replay");
 }
 
 } // namespace qk::spec

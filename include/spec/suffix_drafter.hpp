@@ -30,10 +30,13 @@
 // time it is cut and regrown). Memory: about 110 bytes per history token on text, at most 160 (plus
 // the slack of growing vectors): per state 20 bytes (1 to 2 states per token), per transition 16
 // bytes and 8 to 16 of hash table (1 to 3 per token), a 24-byte log entry per token. A corpus
-// needs the same without the log.
+// needs the same without the log (while add() runs, its sequence is logged, so that running out
+// of memory takes it back). Memory running out in a call is a qk::error after which the drafter
+// drafts as it would have without the call, and the corpus is as it was.
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -72,11 +75,14 @@ public:
 
     explicit suffix_automaton(std::int32_t max_depth) : max_depth_(max_depth) { clear(); }
 
+    // Allocates nothing once the automaton was built (a moved-from one makes its first room again).
     void clear()
     {
-        states_.assign(1, state{});
+        states_.resize(1);
+        states_[0] = state{};
         edges_.clear();
-        slots_.assign(16, empty);
+        slots_.resize(16);
+        std::fill(slots_.begin(), slots_.end(), empty);
         steps_.clear();
         redirects_.clear();
         last_ = 0;
@@ -93,9 +99,39 @@ public:
         sequence_length_ = 0;
     }
 
-    // Appends a token to the current sequence; `logged`: so that undo() can take it back.
+    // Appends a whole sequence as a new one, all or nothing: logged as it goes, so that memory
+    // running out takes back what was appended (the automaton is as it was, std::bad_alloc passes
+    // on); the log is then dropped. For an automaton that logs nothing else (the corpus's).
+    void append_sequence(std::span<const std::int32_t> sequence)
+    {
+        const std::int32_t last = last_;
+        const std::int32_t window = window_;
+        const std::int32_t sequence_length = sequence_length_;
+        start_sequence();
+        try {
+            for (const std::int32_t token : sequence) {
+                append(token, true);
+            }
+        } catch (...) {
+            while (!steps_.empty()) {
+                undo();
+            }
+            last_ = last;
+            window_ = window;
+            sequence_length_ = sequence_length;
+            drop_log();
+            throw;
+        }
+        drop_log();
+    }
+
+    // Appends a token to the current sequence; `logged`: so that undo() can take it back. Memory
+    // running out: std::bad_alloc and the automaton as it was (room for everything the append adds
+    // is made first).
     void append(std::int32_t token, bool logged)
     {
+        prepare(token, logged);
+        // Nothing below allocates.
         const std::int32_t window_next = std::min(max_depth_, sequence_length_ + 1);
         // The state of the window's suffix one token shorter: followed by `token`, it is the next
         // window. (If the append splits that state, both halves keep the same transitions.)
@@ -199,6 +235,71 @@ public:
 private:
     static constexpr std::int32_t empty = -1;
 
+    // Makes room for everything append(token, logged) will add (states, transitions, table slots,
+    // log entries), walking the same chains it will walk; changes nothing else.
+    void prepare(std::int32_t token, bool logged)
+    {
+        std::size_t edges = 0;     // transitions the append adds
+        std::size_t redirects = 0; // transitions it moves to a clone
+        // A split of q (reached from p by `token`) copies q's transitions and redirects those of p
+        // and its suffixes by `token` into q.
+        const auto count_split = [&](std::int32_t p, std::int32_t q) {
+            for (std::int32_t e = states_[static_cast<std::size_t>(q)].edges; e >= 0; e = edges_[static_cast<std::size_t>(e)].next) {
+                ++edges;
+            }
+            for (; p >= 0 && find(p, token) == q; p = link_of(p)) {
+                ++redirects;
+            }
+        };
+        const std::int32_t existing = find(last_, token);
+        if (existing >= 0) {
+            if (length(existing) != length(last_) + 1) {
+                count_split(last_, existing);
+            }
+        } else {
+            std::int32_t p = last_;
+            for (; p >= 0 && find(p, token) < 0; p = link_of(p)) {
+                ++edges;
+            }
+            if (p >= 0) {
+                const std::int32_t q = find(p, token);
+                if (length(q) != length(p) + 1) {
+                    count_split(p, q);
+                    // q may be one of the states given a transition above (a run of one token):
+                    // its clone copies that one too.
+                    for (std::int32_t s = last_; s != p; s = link_of(s)) {
+                        edges += s == q ? 1 : 0;
+                    }
+                }
+            }
+        }
+        detail::reserve_for(states_, states_.size() + 2);
+        detail::reserve_for(edges_, edges_.size() + edges);
+        const std::size_t slots = std::max<std::size_t>(16, std::bit_ceil(2 * (edges_.size() + edges))); // at most half full
+        if (slots_.size() < slots) {
+            std::vector<std::int32_t> grown(slots, empty);
+            for (std::size_t e = 0; e < edges_.size(); ++e) {
+                std::size_t i = hash(edges_[e].source, edges_[e].token) & (slots - 1);
+                while (grown[i] != empty) {
+                    i = (i + 1) & (slots - 1);
+                }
+                grown[i] = static_cast<std::int32_t>(e);
+            }
+            slots_.swap(grown);
+        }
+        if (logged) {
+            detail::reserve_for(steps_, steps_.size() + 1);
+            detail::reserve_for(redirects_, redirects_.size() + redirects);
+        }
+    }
+
+    // Frees the log (std::vector's swap allocates nothing).
+    void drop_log() noexcept
+    {
+        std::vector<step>().swap(steps_);
+        std::vector<std::int32_t>().swap(redirects_);
+    }
+
     // What an append changed beyond what it added at the ends of states_ and edges_.
     struct step {
         std::int32_t states;    // states_.size() before it
@@ -272,17 +373,12 @@ private:
         }
     }
 
-    void add_edge(std::int32_t source, std::int32_t token, std::int32_t target)
+    // Within the room prepare() made (the table then stays at most half full, so probes stay short).
+    void add_edge(std::int32_t source, std::int32_t token, std::int32_t target) noexcept
     {
         edges_.push_back({source, token, target, states_[static_cast<std::size_t>(source)].edges});
         const auto e = static_cast<std::int32_t>(edges_.size() - 1);
         states_[static_cast<std::size_t>(source)].edges = e;
-        if (edges_.size() * 2 > slots_.size()) { // at most half full, so probes stay short
-            slots_.assign(slots_.size() * 2, empty);
-            for (std::int32_t i = 0; i < e; ++i) {
-                place(i);
-            }
-        }
         place(e);
     }
 
@@ -335,12 +431,18 @@ private:
 // share one corpus while nobody adds. A drafter notices a corpus that grew since its previous call.
 class suffix_corpus {
 public:
-    // max_depth: as suffix_drafter::config's; a drafter needs a corpus at least as deep. Below 2: qk::error.
-    explicit suffix_corpus(std::int32_t max_depth = 64) : automaton_(checked(max_depth)) {}
+    // max_depth: as suffix_drafter::config's; a drafter needs a corpus at least as deep. Below 2,
+    // or memory running out: qk::error.
+    explicit suffix_corpus(std::int32_t max_depth = 64)
+    try : automaton_(checked(max_depth)) {
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::suffix_corpus::suffix_corpus");
+    }
 
-    // More tokens in all than 715,827,882: qk::error, before anything changes.
+    // More tokens in all than 715,827,882: qk::error, before anything changes. Memory running out:
+    // qk::error, and the corpus is as it was (what was added of the sequence is taken back).
     void add(std::span<const std::int32_t> sequence)
-    {
+    try {
         if (sequence.size() > detail::suffix_automaton::max_tokens - automaton_.positions()) {
             qk::detail::fail("qk::spec::suffix_corpus::add: a sequence of ", sequence.size(), " tokens after ", automaton_.positions(),
                              " exceeds the corpus's limit of ", detail::suffix_automaton::max_tokens, " tokens");
@@ -348,11 +450,10 @@ public:
         if (sequence.empty()) {
             return;
         }
-        automaton_.start_sequence();
-        for (const std::int32_t token : sequence) {
-            automaton_.append(token, false);
-        }
+        automaton_.append_sequence(sequence);
         ++sequences_;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::suffix_corpus::add");
     }
 
     [[nodiscard]] std::size_t sequences() const noexcept { return sequences_; }
@@ -393,47 +494,58 @@ public:
         std::int32_t check_rate = 1;
     };
 
-    // A bad config field, or a corpus shallower than max_depth: qk::error.
+    // A bad config field, a corpus shallower than max_depth, or memory running out: qk::error.
     explicit suffix_drafter(config c, std::shared_ptr<const suffix_corpus> corpus = nullptr)
-        : config_(checked(c, corpus.get())), corpus_(std::move(corpus)), history_(c.max_depth)
-    {
+    try : config_(checked(c, corpus.get())), corpus_(std::move(corpus)), history_(c.max_depth) {
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::suffix_drafter::suffix_drafter");
     }
 
-    // A history longer than 715,827,882 tokens: qk::error, before anything changes.
+    // A history longer than 715,827,882 tokens: qk::error, before anything changes. Memory
+    // running out: qk::error, and the drafter drafts as it would have without the call (its
+    // counter is as it was; the tokens it had read into its automaton by then stay, as a later
+    // call would have read them).
     [[nodiscard]] std::vector<std::int32_t> draft(const token_history& history, std::int32_t sampled)
-    {
+    try {
         follow(history);
-        if (!detail::due(counter_, config_.check_rate)) {
-            return {};
-        }
-        const std::int32_t context = config_.max_depth - 1;
-        const auto length = static_cast<std::int32_t>(history.size());
-        const std::int32_t shorter = std::min(length, context - 1);
-        match best = extend(history_, history_.shorten(history_.window(), shorter), shorter, sampled);
-        const detail::suffix_automaton* source = &history_;
-        if (corpus_) {
-            const match other = extend(corpus_->automaton_, corpus_state_, corpus_length_, sampled);
-            if (other.length > best.length) {
-                best = other;
-                source = &corpus_->automaton_;
+        std::int32_t counter = counter_;
+        std::vector<std::int32_t> result;
+        if (detail::due(counter, config_.check_rate)) {
+            const std::int32_t context = config_.max_depth - 1;
+            const auto length = static_cast<std::int32_t>(history.size());
+            const std::int32_t shorter = std::min(length, context - 1);
+            match best = extend(history_, history_.shorten(history_.window(), shorter), shorter, sampled);
+            const detail::suffix_automaton* source = &history_;
+            if (corpus_) {
+                const match other = extend(corpus_->automaton_, corpus_state_, corpus_length_, sampled);
+                if (other.length > best.length) {
+                    best = other;
+                    source = &corpus_->automaton_;
+                }
+            }
+            if (best.length >= config_.min_match) {
+                result = continuation(*source, best);
             }
         }
-        if (best.length < config_.min_match) {
-            return {};
-        }
-        return continuation(*source, best);
+        counter_ = counter; // once nothing can fail
+        return result;
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::suffix_drafter::draft");
     }
 
     // Forgets everything read and reads `history` afresh (the check-rate counter carries on).
-    // Never needed for correctness: it moves the cost of reading out of the next draft().
+    // Never needed for correctness: it moves the cost of reading out of the next draft(). Errors
+    // as draft()'s: on memory running out, the drafter drafts as it would have without the call.
     void begin(const token_history& history)
-    {
+    try {
         check_length(history);
         reset();
         follow(history);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::suffix_drafter::begin");
     }
 
-    // Forgets everything read: the next call reads its history from the start.
+    // Forgets everything read: the next call reads its history from the start. Allocates nothing.
     void reset()
     {
         history_.clear();
@@ -529,6 +641,10 @@ private:
         return result;
     }
 
+    // Reads the history into the automaton. Memory running out: std::bad_alloc, with the
+    // automaton holding the history's first read_ tokens (each append is all or nothing) and
+    // mark_ and the corpus match the previous call's; the next call then keeps what is still the
+    // history's (what that mark saw unchanged) and reads on.
     void follow(const token_history& history)
     {
         check_length(history);

@@ -3,13 +3,15 @@
 // increase along the sequence; a drafter that kept the mark of what it last read finds the first
 // position written since then by binary search (O(log n)), however the history was cut and
 // regrown between calls. The stateful drafters take a token_history, not a bare span, so that an
-// edit cannot go unseen.
+// edit cannot go unseen. An edit for which memory runs out is a qk::error that leaves the history
+// as it was.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -27,7 +29,13 @@ public:
     };
 
     token_history() = default;
-    explicit token_history(std::span<const std::int32_t> tokens) { append(tokens); }
+    // Memory running out: qk::error.
+    explicit token_history(std::span<const std::int32_t> tokens)
+    try {
+        replace(0, tokens);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::token_history::token_history");
+    }
 
     // A copy is a new history (a reader of the original re-reads it); a moved-from one is empty.
     token_history(const token_history& other) : tokens_(other.tokens_), stamps_(other.stamps_), stamp_(other.stamp_) {}
@@ -59,19 +67,23 @@ public:
     }
     ~token_history() = default;
 
+    // The edits below that add tokens may take them from this history itself (a span of
+    // tokens()). Memory running out: qk::error, and the history is as it was (tokens, stamps,
+    // marks), so that a caller can go on.
     void push_back(std::int32_t token)
-    {
-        tokens_.push_back(token);
-        stamps_.push_back(++stamp_);
+    try {
+        replace(tokens_.size(), std::span<const std::int32_t>(&token, 1));
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::token_history::push_back");
     }
     void append(std::span<const std::int32_t> tokens)
-    {
-        tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-        for (std::size_t i = 0; i < tokens.size(); ++i) {
-            stamps_.push_back(++stamp_);
-        }
+    try {
+        replace(tokens_.size(), tokens);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::token_history::append");
     }
-    // Keeps the first `length` tokens (a rejected draft, a regeneration); length above size(): qk::error.
+    // Keeps the first `length` tokens (a rejected draft, a regeneration); length above size():
+    // qk::error. Allocates nothing.
     void cut(std::size_t length)
     {
         if (length > tokens_.size()) {
@@ -82,9 +94,10 @@ public:
     }
     // Replaces every token: to a reader, all of it is new.
     void assign(std::span<const std::int32_t> tokens)
-    {
-        cut(0);
-        append(tokens);
+    try {
+        replace(0, tokens);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::spec::token_history::assign");
     }
     void clear() noexcept
     {
@@ -121,6 +134,45 @@ public:
     }
 
 private:
+    // Keeps the first `keep` tokens and writes `tokens` after them, with new stamps. Everything
+    // that can fail (the growth of both vectors, geometric so that pushing tokens one by one stays
+    // amortized O(1)) comes before anything changes. `tokens` may lie in tokens_: grown, the new
+    // vectors are filled while the old ones are still alive; in place, memmove copes with overlap.
+    void replace(std::size_t keep, std::span<const std::int32_t> tokens)
+    {
+        const std::size_t length = keep + tokens.size();
+        if (length > tokens_.capacity() || length > stamps_.capacity()) {
+            const std::size_t most = std::min(tokens_.max_size(), stamps_.max_size());
+            const std::size_t capacity = length > most / 2 ? length : std::max(length, 2 * tokens_.size());
+            std::vector<std::int32_t> grown_tokens;
+            grown_tokens.reserve(capacity);
+            std::vector<std::uint64_t> grown_stamps;
+            grown_stamps.reserve(capacity);
+            // Nothing below allocates.
+            grown_tokens.insert(grown_tokens.end(), tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(keep));
+            grown_tokens.insert(grown_tokens.end(), tokens.begin(), tokens.end());
+            grown_stamps.insert(grown_stamps.end(), stamps_.begin(), stamps_.begin() + static_cast<std::ptrdiff_t>(keep));
+            stamp_new(grown_stamps, tokens.size());
+            tokens_.swap(grown_tokens);
+            stamps_.swap(grown_stamps);
+            return;
+        }
+        // Within capacity: nothing allocates, and `tokens` (if it lies in tokens_) stays where it is.
+        tokens_.resize(std::max(tokens_.size(), length));
+        if (!tokens.empty()) {
+            std::memmove(tokens_.data() + keep, tokens.data(), tokens.size() * sizeof(std::int32_t));
+        }
+        tokens_.resize(length);
+        stamps_.resize(keep);
+        stamp_new(stamps_, tokens.size());
+    }
+    void stamp_new(std::vector<std::uint64_t>& stamps, std::size_t count) noexcept
+    {
+        for (std::size_t i = 0; i < count; ++i) {
+            stamps.push_back(++stamp_); // within capacity
+        }
+    }
+
     static std::uint64_t next_id() noexcept
     {
         static std::atomic<std::uint64_t> ids{0};

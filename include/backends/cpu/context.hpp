@@ -66,12 +66,14 @@ public:
     // rows; the caller's blocks are not used afterwards.
     template <weight_format Block>
     [[nodiscard]] matrix<Block> upload(std::span<const Block> w, std::size_t rows, std::size_t cols) const
-    {
+    try {
         // The same checks gemv makes, raised here so a bad shape is found at load time.
         (void)detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, cols, rows,
                                         std::numeric_limits<std::size_t>::max());
         const bool pack = dispatch([]<class Tag>(Tag) { return kernels::has_tile_kernels<Tag>; });
         return matrix<Block>(w, rows, cols, pack && rows != 0 && cols != 0);
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::backend::cpu::context::upload");
     }
 
     // y = W·x, x quantized to the weight format's activation format (qk::gemv), on the kernels the
@@ -87,7 +89,7 @@ public:
     // are packed, and qk::gemm's on the dispatched tag otherwise.
     template <weight_format Block>
     void gemm(const matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y)
-    {
+    try {
         if (w.is_packed()) {
             // Packed only where the dispatched tag has tile kernels (upload), so this runs them.
             dispatch([&]<class Tag>(Tag) { qk::gemm<Block, Tag>(w.packed(), columns, x, y, pool_, scratch_); });
@@ -101,6 +103,8 @@ public:
         scratch_.resize(std::max(scratch_.size(), needed));
         auto* quantized = reinterpret_cast<activation*>(scratch_.data());
         dispatch([&]<class Tag>(Tag) { detail::gemm_checked<Block, Tag>(w.blocks().data(), shape, x, y.data(), pool_, quantized); });
+    } catch (...) {
+        qk::detail::rethrow_as_error("qk::backend::cpu::context::gemm");
     }
 
     // qk::solve_tri on contiguous buffers (ggml's layout), rows spread over the pool.

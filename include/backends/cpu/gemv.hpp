@@ -185,11 +185,13 @@ void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::siz
 template <weight_format Block, class Arch = arch::default_tag>
 void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool)
-{
+try {
     const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemm, w.size(), rows, cols, columns, x.size(), y.size(),
                                                  std::numeric_limits<std::size_t>::max());
     std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.columns * shape.blocks_per_row * activation_blocks_per_block<Block>);
     detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gemm");
 }
 
 // y = W·x: x holds cols values, y rows values; otherwise as gemm with one column. scratch (at
@@ -206,11 +208,13 @@ void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::spa
 template <weight_format Block, class Arch = arch::default_tag>
 void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool)
-{
+try {
     const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, x.size(), y.size(),
                                                  std::numeric_limits<std::size_t>::max());
     std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.blocks_per_row * activation_blocks_per_block<Block>);
     detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gemv");
 }
 
 } // namespace qk

@@ -104,36 +104,44 @@ void packed_gemm_checked(const packed_matrix<Block>& w, std::size_t columns, std
 template <weight_format Block, class Arch = arch::default_tag>
 void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y,
           backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
-{
+try {
     const std::size_t blocks = w.cols() / format_traits<Block>::block_size;
     (void)detail::check_gemm<Block>(detail::gemm_entry::gemm, w.rows() * blocks, w.rows(), w.cols(), columns, x.size(), y.size(),
                                     std::numeric_limits<std::size_t>::max());
     detail::packed_gemm_checked<Block, Arch>(w, columns, x, y.data(), pool, scratch);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gemm");
 }
 
 template <weight_format Block, class Arch = arch::default_tag>
 void gemm(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool)
-{
+try {
     std::vector<std::uint8_t> scratch;
     gemm<Block, Arch>(w, columns, x, y, pool, scratch);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gemm");
 }
 
 // y = W·x on packed weights.
 template <weight_format Block, class Arch = arch::default_tag>
 void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool,
           std::vector<std::uint8_t>& scratch)
-{
+try {
     const std::size_t blocks = w.cols() / format_traits<Block>::block_size;
     (void)detail::check_gemm<Block>(detail::gemm_entry::gemv, w.rows() * blocks, w.rows(), w.cols(), 1, x.size(), y.size(),
                                     std::numeric_limits<std::size_t>::max());
     detail::packed_gemm_checked<Block, Arch>(w, 1, x, y.data(), pool, scratch);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gemv");
 }
 
 template <weight_format Block, class Arch = arch::default_tag>
 void gemv(const packed_matrix<Block>& w, std::span<const float> x, std::span<float> y, backend::cpu::thread_pool& pool)
-{
+try {
     std::vector<std::uint8_t> scratch;
     gemv<Block, Arch>(w, x, y, pool, scratch);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::gemv");
 }
 
 } // namespace qk

@@ -67,19 +67,21 @@ void quantize_on_pool(std::span<const float> x, std::span<Block> y, backend::cpu
 // Quantizes x into y as qk::quantize(x, y) does, blocks spread over the pool's threads.
 template <block_format Block, class Arch = arch::default_tag>
 void quantize(std::span<const float> x, std::span<Block> y, backend::cpu::thread_pool& pool)
-{
+try {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
     if constexpr (std::is_same_v<Arch, arch::runtime>) {
         dispatch([&]<class Tag>(Tag) { detail::quantize_on_pool<Block, Tag>(x, y, pool); });
     } else {
         detail::quantize_on_pool<Block, Arch>(x, y, pool);
     }
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::quantize");
 }
 
 // With importance weights, as qk::quantize(x, y, importance): rows spread over the pool's threads.
 template <importance_format Block>
 void quantize(std::span<const float> x, std::span<Block> y, std::span<const float> importance, backend::cpu::thread_pool& pool)
-{
+try {
     detail::check_block_shapes<Block>("qk::quantize", x.size(), y.size(), "y");
     detail::check_values<Block>(x);
     detail::check_importance<Block>(x, importance);
@@ -93,6 +95,8 @@ void quantize(std::span<const float> x, std::span<Block> y, std::span<const floa
     });
     detail::check_scales(x, std::span<const Block>(blocks));
     std::copy(blocks.begin(), blocks.end(), y.begin());
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::quantize");
 }
 
 } // namespace qk

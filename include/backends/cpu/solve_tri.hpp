@@ -15,16 +15,20 @@ namespace qk {
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(std::type_identity_t<tensor_view<const T>> A, std::type_identity_t<tensor_view<const T>> B, tensor_view<T> X,
                tri_options opt, backend::cpu::thread_pool& pool)
-{
+try {
     detail::solve_tri_views<Arch, T>(A, B, X, opt, pool);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::solve_tri");
 }
 
 // Contiguous buffers in ggml's layout, as the single-threaded overload.
 template <class Arch = arch::solve_tri_native, solve_tri_value T>
 void solve_tri(const T* A, const T* B, T* X, std::int64_t n, std::int64_t k, std::int64_t batch, tri_options opt,
                backend::cpu::thread_pool& pool)
-{
+try {
     detail::solve_tri_contiguous<Arch>(A, B, X, n, k, batch, opt, pool);
+} catch (...) {
+    qk::detail::rethrow_as_error("qk::solve_tri");
 }
 
 } // namespace qk

@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -25,22 +26,25 @@ namespace qk::backend::cpu {
 class thread_pool {
 public:
     // `threads` counts the calling thread, so thread_pool(1) starts no thread and runs every
-    // task on the caller.
+    // task on the caller. A thread the system will not start, or memory running out: qk::error.
     explicit thread_pool(std::size_t threads)
     {
         if (threads == 0) {
             qk::detail::fail("qk::backend::cpu::thread_pool: threads is 0; a pool needs at least 1 thread ",
                              "(the calling thread counts as one)");
         }
-        workers_.reserve(threads - 1);
         try {
+            workers_.reserve(threads - 1);
             for (std::size_t i = 1; i < threads; ++i) {
                 workers_.emplace_back([this] { serve(); });
             }
-        } catch (...) {
+        } catch (const std::system_error& e) {
             // The threads already started wait on this object: stop them before it vanishes.
             stop();
-            throw;
+            qk::detail::fail("qk::backend::cpu::thread_pool: starting thread ", workers_.size() + 2, " of ", threads, " failed: ", e.what());
+        } catch (...) {
+            stop();
+            qk::detail::rethrow_as_error("qk::backend::cpu::thread_pool");
         }
     }
 

@@ -148,8 +148,10 @@ public:
     void accept(std::int32_t token)
     {
         detail::check_token(name, token);
+        history_.reserve_one();
         (void)history_.push(token);
     }
+    void prepare_accept() { history_.reserve_one(); }
 
     void reset() { history_.clear(); }
 

@@ -70,6 +70,7 @@ public:
         if (cfg_.last_n == 0) {
             return;
         }
+        prepare_accept(); // nothing below allocates, so memory running out changes nothing
         if (const auto old = history_.push(token)) {
             const auto it = find(*old);
             if (--it->second == 0) {
@@ -81,6 +82,18 @@ public:
             ++it->second;
         } else {
             counts_.insert(it, {token, 1});
+        }
+    }
+
+    // Room for one more token in the window and one more count.
+    void prepare_accept()
+    {
+        if (cfg_.last_n == 0) {
+            return;
+        }
+        history_.reserve_one();
+        if (counts_.size() == counts_.capacity()) {
+            counts_.reserve(std::max<std::size_t>(16, counts_.size() * 2));
         }
     }
 
