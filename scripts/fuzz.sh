@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer target with clang (ASan and UBSan, every report fatal) and runs it for a
 # bounded time. Usage: scripts/fuzz.sh TARGET [SECONDS, default 60]. TARGET is the name of the
-# target's source file without its extension: fuzz/TARGET.cpp.
+# target's source file without its extension: fuzz/TARGET.cpp. Every target may include the qk
+# tool's headers as qk's own source does ("qk/..." from examples/, tests/inputs.hpp), and links
+# fmt (CLI11 is header-only).
 #
 # The corpus starts from fuzz/TARGET.seeds/ (checked in: small inputs, crashes found earlier
 # included as regression inputs) and, for gguf_file, the valid GGUF files the tests write
@@ -28,8 +30,8 @@ out=build-fuzz
 corpus=$out/$target.corpus
 mkdir -p "$corpus"
 echo "-- building $out/$target ($CXX, -fsanitize=fuzzer,address,undefined)"
-"$CXX" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Wpedantic -Werror \
-    -Iinclude "$source" -o "$out/$target"
+"$CXX" -std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wall -Wextra -Wpedantic -Werror \
+    -Iinclude -Iexamples -Itests "$source" -o "$out/$target" -lfmt
 
 seeds=()
 [[ -d fuzz/$target.seeds ]] && seeds+=("fuzz/$target.seeds")

@@ -45,7 +45,7 @@ inline std::vector<std::byte> read_file(const std::string& path)
     std::vector<std::byte> bytes;
     std::size_t used = 0;
     for (;;) {
-        bytes.resize(std::max<std::size_t>(used * 2, 1 << 20));
+        bytes.resize(std::max<std::size_t>(used * 2, 1 << 16));
         used += std::fread(bytes.data() + used, 1, bytes.size() - used, file.get());
         if (used < bytes.size()) {
             break;

@@ -75,10 +75,15 @@ inline std::vector<std::int32_t> parse_ids(std::span<const std::byte> bytes, con
                               : value < 0                                              ? "is negative (token ids are not)"
                                                                                        : nullptr;
         if (problem != nullptr) {
-            // Long words are cut so that a binary file given by mistake does not flood the terminal.
-            const std::string_view shown = word.substr(0, 40);
+            // Long words are cut so that a binary file given by mistake does not flood the terminal,
+            // and bytes other than printable ASCII are shown as \xHH: a NUL byte would end the
+            // message at what(), before its line and column, and control bytes reach the terminal.
+            std::string shown;
+            for (const char c : word.substr(0, 40)) {
+                shown += c >= 0x20 && c < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+            }
             fail(fmt::format("'{}': token {} ('{}{}', line {}, column {}) {}", path, tokens.size() + 1, shown,
-                             shown.size() < word.size() ? "..." : "", line, i - line_start + 1, problem));
+                             word.size() > 40 ? "..." : "", line, i - line_start + 1, problem));
         }
         tokens.push_back(value);
         i = end;
