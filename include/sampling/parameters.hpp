@@ -32,6 +32,15 @@ struct shortest {
     }
 };
 
+// A min_keep as the samplers hold it: no set has more than 2^31 - 1 candidates, so every larger
+// value keeps them all alike, and clamped it is one that describe() writes and parse() reads back
+// (parse takes signed 64-bit integers; 2^63 and up did not read back).
+[[nodiscard]] constexpr std::size_t keep_bound(std::size_t min_keep) noexcept
+{
+    constexpr auto most = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+    return min_keep < most ? min_keep : most;
+}
+
 } // namespace detail
 
 struct argument {

@@ -85,6 +85,9 @@ struct floor_draw {
     const float* x = c.prefix_logits();
     const auto n = static_cast<std::size_t>(c.vocab_size());
     const float max = c.prefix_max();
+    // A +inf logit is refused here as in every other form: a floor kept it (min_p, whose
+    // threshold is then +inf too), and the draw would otherwise pick it.
+    c.check_max(max);
     const float threshold = c.floor_threshold();
     auto& masses = c.chunk_masses();
     masses.resize(chunk_count(n));

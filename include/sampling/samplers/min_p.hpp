@@ -28,7 +28,7 @@ public:
     static constexpr bool selects = false;
     static constexpr const char* name = "min_p";
 
-    explicit min_p(float p, std::size_t min_keep = 1) : p_(p), min_keep_(min_keep)
+    explicit min_p(float p, std::size_t min_keep = 1) : p_(p), min_keep_(detail::keep_bound(min_keep))
     {
         if (!(p == p)) {
             qk::detail::fail("qk::sampling::min_p: p is NaN");

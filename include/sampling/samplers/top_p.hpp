@@ -33,7 +33,7 @@ public:
     static constexpr bool selects = false;
     static constexpr const char* name = "top_p";
 
-    explicit top_p(float p, std::size_t min_keep = 1) : p_(p), min_keep_(min_keep)
+    explicit top_p(float p, std::size_t min_keep = 1) : p_(p), min_keep_(detail::keep_bound(min_keep))
     {
         if (!(p == p)) {
             qk::detail::fail("qk::sampling::top_p: p is NaN");

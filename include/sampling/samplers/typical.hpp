@@ -38,7 +38,7 @@ public:
     static constexpr bool selects = false;
     static constexpr const char* name = "typical";
 
-    explicit typical(float p, std::size_t min_keep = 1) : p_(p), min_keep_(min_keep)
+    explicit typical(float p, std::size_t min_keep = 1) : p_(p), min_keep_(detail::keep_bound(min_keep))
     {
         if (!(p == p)) {
             qk::detail::fail("qk::sampling::typical: p is NaN");

@@ -33,7 +33,7 @@ public:
     static constexpr const char* name = "xtc";
 
     xtc(float probability, float threshold, std::size_t min_keep = 1, std::uint64_t seed = 0)
-        : probability_(probability), threshold_(threshold), min_keep_(min_keep), seed_(seed), random_(seed, stream::xtc)
+        : probability_(probability), threshold_(threshold), min_keep_(detail::keep_bound(min_keep)), seed_(seed), random_(seed, stream::xtc)
     {
         if (!(probability == probability) || !(threshold == threshold)) {
             qk::detail::fail("qk::sampling::xtc: probability=", probability, ", threshold=", threshold, ": NaN");
