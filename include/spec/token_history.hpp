@@ -89,8 +89,10 @@ public:
         if (length > tokens_.size()) {
             qk::detail::fail("qk::spec::token_history::cut: length=", length, " exceeds the history's ", tokens_.size(), " tokens");
         }
-        tokens_.resize(length);
-        stamps_.resize(length);
+        // erase, not resize: it cannot grow, which g++ 12 -O2 otherwise warns resize might do
+        // (stringop-overflow) where it cannot see the two vectors' sizes agree.
+        tokens_.erase(tokens_.begin() + static_cast<std::ptrdiff_t>(length), tokens_.end());
+        stamps_.erase(stamps_.begin() + static_cast<std::ptrdiff_t>(length), stamps_.end());
     }
     // Replaces every token: to a reader, all of it is new.
     void assign(std::span<const std::int32_t> tokens)
