@@ -66,13 +66,9 @@ constexpr bool describe_any_min_keep = true;
 //    other set gets: "min_p(0.05);dist" samples such logits (the first +inf token) where "dist"
 //    alone refuses them, and final_candidates() then throws after the successful step.
 constexpr bool floor_refuses_inf = true;
-// Still open (its check off):
-//  - temp_ext with delta > 0 rescales the set, then computes its probabilities again, which
-//    refuses logits the rescaling made +inf: apply() throws qk::error with the candidates already
-//    rescaled (a chain's next step resets them, but a caller of apply() sees the half-done set).
-//    A check of the rescaled maximum before the rescaling (temperature.hpp) is not enough: the
-//    saved input finding-temp-ext-*-2 still changes the set before the error.
-constexpr bool temp_ext_errors_leave_set = false;
+//  - temp_ext with delta > 0 rescaled the set, then computed its probabilities again, which
+//    refused logits the rescaling made +inf (or NaN, for t and delta near FLT_MAX): apply() threw
+//    with the candidates already rescaled. The rescaled maximum is now checked first.
 
 constexpr std::size_t header_bytes = 64;
 constexpr float inf = std::numeric_limits<float>::infinity();
@@ -916,7 +912,9 @@ struct sampler_run {
                 require(o.ok || must_fail || may_fail, "apply() refused a set its header accepts");
                 require(same_bits(mu_of(x.s), mu), "apply() moved mirostat's mu");
                 if (!o.ok) {
-                    require((same_list(x.c.list(), before) || (b.kind == k_temp_ext && !temp_ext_errors_leave_set)) &&
+                    // temp_ext computes the probabilities of the set it was given before it
+                    // refuses a rescaling: the p fields change, the set (ids, logits) does not.
+                    require((same_list(x.c.list(), before) || (b.kind == k_temp_ext && same_ids_and_logits(x.c.list(), before))) &&
                                 x.c.selected() == selected_before,
                             "apply() threw after changing the candidates");
                     require(state_of(x.s) == kept && pending_of(x.s) == pending,

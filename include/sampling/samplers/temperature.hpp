@@ -130,8 +130,9 @@ public:
         const float normalized = entropy / max_entropy;
         const float dynamic = low + detail::opaque((high - low) * detail::pow(normalized, exponent_));
         // Refused before the set is rescaled (the division apply_temperature makes), so that an
-        // error leaves it as it was.
-        if (dynamic > 0.0f) {
+        // error leaves it as it was: a maximum the division makes +inf, or NaN (t and delta near
+        // FLT_MAX make high - low infinite, and times a zero power NaN).
+        if (!(dynamic <= 0.0f)) {
             c.check_max(detail::list_max(l) / dynamic);
         }
         detail::apply_temperature(c, dynamic);
