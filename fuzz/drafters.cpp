@@ -54,6 +54,8 @@
 #include <utility>
 #include <vector>
 
+#include "contract.hpp"
+
 namespace {
 
 namespace spec = qk::spec;
@@ -65,42 +67,11 @@ constexpr std::int32_t int32_max = std::numeric_limits<std::int32_t>::max();
 constexpr std::int32_t int32_min = std::numeric_limits<std::int32_t>::min();
 constexpr float inf = std::numeric_limits<float>::infinity();
 
-std::span<const std::uint8_t> current_input;
-const char* current_call = "";
-
-[[noreturn]] void report(const char* what, const char* detail = "")
-{
-    std::fprintf(stderr, "drafters: %s: %s%s%s\ninput (%zu bytes):", current_call, what, detail[0] != '\0' ? ": " : "", detail,
-                 current_input.size());
-    for (std::size_t i = 0; i < current_input.size() && i < 96; ++i) {
-        std::fprintf(stderr, " %02x", current_input[i]);
-    }
-    std::fprintf(stderr, "\n");
-    std::abort(); // a broken contract, reported by libFuzzer like a crash
-}
-
-void require(bool ok, const char* what)
-{
-    if (!ok) {
-        report(what);
-    }
-}
-
-// f() under the contract: true when it returned, false on qk::error, a finding on anything else.
-template <class F>
-bool attempt(F&& f)
-{
-    try {
-        f();
-        return true;
-    } catch (const qk::error&) {
-        return false;
-    } catch (const std::exception& e) {
-        report("threw an exception other than qk::error", e.what());
-    } catch (...) {
-        report("threw something that is not a std::exception");
-    }
-}
+using qk_fuzz::attempt;
+using qk_fuzz::current_call;
+using qk_fuzz::current_input;
+using qk_fuzz::report;
+using qk_fuzz::require;
 
 void require_outcome(bool ok, bool valid)
 {
@@ -1549,6 +1520,7 @@ void fuzz_replay(const std::uint8_t* h, const payload& p, token_stream& stream)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {
+    qk_fuzz::target_name = "drafters";
     current_input = {data, size};
     std::array<std::uint8_t, header_bytes> h{};
     std::copy_n(data, std::min(size, header_bytes), h.begin());

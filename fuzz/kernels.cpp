@@ -35,6 +35,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "contract.hpp"
+
 namespace {
 
 using qk::backend::cpu::thread_pool;
@@ -46,42 +48,11 @@ constexpr std::byte sentinel{0xa5};
 constexpr std::size_t slack = 3;
 constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
 
-std::span<const std::uint8_t> current_input;
-const char* current_call = "";
-
-[[noreturn]] void report(const char* what, const char* detail = "")
-{
-    std::fprintf(stderr, "kernels: %s: %s%s%s\ninput (%zu bytes):", current_call, what, detail[0] != '\0' ? ": " : "", detail,
-                 current_input.size());
-    for (std::size_t i = 0; i < current_input.size() && i < 64; ++i) {
-        std::fprintf(stderr, " %02x", current_input[i]);
-    }
-    std::fprintf(stderr, "\n");
-    std::abort(); // a broken contract, reported by libFuzzer like a crash
-}
-
-void require(bool ok, const char* what)
-{
-    if (!ok) {
-        report(what);
-    }
-}
-
-// f() under the contract: true when it returned, false on qk::error, a finding on anything else.
-template <class F>
-bool attempt(F&& f)
-{
-    try {
-        f();
-        return true;
-    } catch (const qk::error&) {
-        return false;
-    } catch (const std::exception& e) {
-        report("threw an exception other than qk::error", e.what());
-    } catch (...) {
-        report("threw something that is not a std::exception");
-    }
-}
+using qk_fuzz::attempt;
+using qk_fuzz::current_call;
+using qk_fuzz::current_input;
+using qk_fuzz::report;
+using qk_fuzz::require;
 
 // Either outcome is allowed unless the documented checks decide it.
 enum class expect { success, failure, either };
@@ -756,6 +727,7 @@ void with_solve_tri(const std::uint8_t* h, F&& f)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {
+    qk_fuzz::target_name = "kernels";
     current_input = {data, size};
     std::array<std::uint8_t, header_bytes> h{};
     std::copy_n(data, std::min(size, header_bytes), h.begin());
