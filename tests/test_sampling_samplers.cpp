@@ -269,6 +269,39 @@ TEST_CASE("top_k: the k best by (logit, id), sorted")
     }
 }
 
+// Each of top_k's whole-vocabulary paths (the heap up to k = 256, the count by rank above it, the
+// prefix above 2048 and 1/32 of the vocabulary) with +inf logits, which rank first. The count by
+// rank once took +inf for a finite maximum and kept every token (found by fuzz/samplers.cpp).
+TEST_CASE("top_k: +inf logits rank first on every whole-vocabulary path")
+{
+    // The finding's vocabulary: logits from 2^-92 to -2^127 repeating every 20 tokens, one +inf.
+    const float pattern[20] = {-0x1.ab854ep-63f, -0x1.003304p+73f, 0x1.0000cp+89f, -0x1.187cecp+127f, -0x1.dee5fep+5f,
+                               0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f,
+                               0x1.92ap-92f, -0x1.93eap-47f, -0x1.004778p+77f};
+    for (int input = 0; input < 4; ++input) {
+        const std::size_t n = input % 2 == 0 ? 4544 : 20000;
+        std::vector<float> x(n);
+        if (input < 2) {
+            for (std::size_t i = 0; i < n; ++i) {
+                x[i] = pattern[i % 20];
+            }
+        } else {
+            x = tie_logits(n, 7);
+            x[n - 3] = inf;
+            x[n / 2] = -inf;
+        }
+        x[194] = inf;
+        for (const std::int32_t k : {1, 2, 3, 200, 576, 2049, 3000}) {
+            CAPTURE(input);
+            CAPTURE(k);
+            qs::candidates c;
+            c.reset(std::span<const float>(x));
+            qs::top_k(k).apply(c);
+            check_set(c, ref_top_k(whole_ref(x), k));
+        }
+    }
+}
+
 TEST_CASE("top_k: patched logits enter and leave the top of a view")
 {
     std::mt19937 rng(5);

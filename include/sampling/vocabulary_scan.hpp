@@ -127,8 +127,9 @@ template <class Arch>
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// The smallest and largest logit; false when a logit is NaN or -inf (then counting by rank, which
-// needs every token within a finite range, does not apply).
+// The smallest and largest logit; false when a logit is NaN or infinite (then counting by rank,
+// which needs every token within a finite range, does not apply: with a +inf logit it kept every
+// token in top_k's count, a fuzzing finding).
 template <class Arch>
 [[nodiscard]] bool finite_range(const float* x, std::size_t n, float& lowest, float& highest) noexcept
 {
@@ -144,7 +145,7 @@ template <class Arch>
         auto bad = V(0.0f) != V(0.0f);
         for (; i + w <= n; i += w) {
             const V v = V::load_unaligned(x + i);
-            bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
+            bad = bad || !(xsimd::abs(v) < V(std::numeric_limits<float>::infinity())); // NaN fails it too
             low = xsimd::min(low, v);
             high = xsimd::max(high, v);
         }
@@ -159,7 +160,7 @@ template <class Arch>
         }
     }
     for (; i < n; ++i) {
-        ok = ok && x[i] > minus_infinity;
+        ok = ok && std::fabs(x[i]) < std::numeric_limits<float>::infinity();
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
     }

@@ -34,7 +34,7 @@ inline constexpr std::size_t heap_top_k_limit = 256;
 
 
 // The k-th best of a whole vocabulary of finite logits, counting tokens by rank (find_by_rank),
-// and the largest logit; false when a logit is -inf or NaN, where counting by rank does not apply.
+// and the largest logit; false when a logit is infinite or NaN, where counting by rank does not apply.
 inline bool kth_by_count(candidates& c, std::size_t k, rank_position& kth, float& highest)
 {
     const float* x = c.vocabulary_logits();
@@ -76,7 +76,7 @@ inline constexpr std::size_t prefix_top_k_share = 32;
 // The k best of a whole vocabulary of finite logits as a prefix (candidates::form::prefix, as
 // top_p leaves it): every weight, the total mass and the histogram by logit (with each bucket's
 // count) in one pass, the bucket of the k-th best from the counts, its tokens sorted to find it
-// and the mass through it. False (nothing changed) when a logit is -inf or NaN.
+// and the mass through it. False (nothing changed) when a logit is infinite or NaN.
 inline bool keep_top_k_prefix(candidates& c, std::size_t k)
 {
     const float* x = c.vocabulary_logits();
