@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command 2: configure (Release, in build/, shared with try.sh), build everything and run the tests.
+# README command 2: configure (Release, in build/, shared with try.sh), build everything and run the
+# tests, as many at once as there are cores.
 # Usage: scripts/test.sh [extra cmake configure arguments...]
 # Environment: BUILD_DIR (default build); QKERN_CMAKE_ARGS, more configure arguments split on
 # whitespace (given before the command-line ones, so those win); QKERN_CTEST_ARGS, arguments for
@@ -18,7 +19,7 @@ if [[ -n ${QKERN_TEST_BUILD_ONLY-} ]]; then
     exit 0
 fi
 read -ra ctest_args <<<"${QKERN_CTEST_ARGS-}"
-ctest --test-dir "$build" --output-on-failure "${ctest_args[@]}"
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "${ctest_args[@]}"
 
 # CTest shows a passing test's output only in its log: repeat doctest's summary of each executable.
 awk '/^[0-9]+\/[0-9]+ Test: / { name = $3 }
