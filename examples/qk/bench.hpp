@@ -537,7 +537,7 @@ inline std::string bench_json(const bench_options& opt, const std::vector<std::s
         "  \"seconds\": {},\n"
         "  \"repetitions\": {},\n"
         "  {}\"results\": [\n",
-        QKERN_VERSION_MAJOR, QKERN_VERSION_MINOR, QKERN_VERSION_PATCH, compiler_json(), qk::arch::name<qk::arch::native>(), dispatched_tag(),
+        QKERN_VERSION_MAJOR, QKERN_VERSION_MINOR, QKERN_VERSION_PATCH, compiler_json(), qk::arch::name<qk::arch::native>(), qk::dispatched_tag_name(),
         json_list(present_names(compiler_feature_list()), quoted), json_string(cpu_model_name()),
         json_list(present_names(cpu_feature_list()), quoted), json_string(opt.backend), json_number(opt.seconds), opt.repetitions, extra);
     for (std::size_t i = 0; i < results.size(); ++i) {

@@ -316,7 +316,7 @@ inline std::vector<model_measurement> run_model_benchmarks(const model_weights& 
 inline void print_model_benchmarks(const std::string& path, const model_weights& m, const std::vector<model_measurement>& results,
                                    std::size_t repetitions)
 {
-    const std::string arch(dispatched_tag());
+    const std::string arch(qk::dispatched_tag_name());
     std::vector<std::pair<std::string, std::size_t>> formats;
     for (const model_tensor& t : m.tensors) {
         count_one(formats, std::string(qk::format_name(t.format)));
@@ -381,7 +381,7 @@ inline void print_model_benchmarks(const std::string& path, const model_weights&
 // Schema qkern-bench (bench.hpp's bench_json), with the model's path at the top level.
 inline void write_model_benchmarks_json(const bench_options& opt, const std::vector<model_measurement>& results)
 {
-    const std::string arch(dispatched_tag());
+    const std::string arch(qk::dispatched_tag_name());
     std::vector<std::string> entries;
     for (const model_measurement& r : results) {
         std::string text;

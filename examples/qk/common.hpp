@@ -1,6 +1,6 @@
-// What several of qk's subcommands share: the build and CPU facts they print, the kernels the tool
-// runs (qk::dispatch's pick for this CPU), how main() wires a subcommand in (command, wire), and
-// the exit status every subcommand follows (usage_error).
+// What several of qk's subcommands share: the build facts they print, how main() wires a
+// subcommand in (command, wire), and the exit status every subcommand follows (usage_error). The
+// tool's own kernels are qk::arch::runtime's, the CPU's best (qk::dispatched_tag_name()).
 // Every subcommand header includes this one; their random inputs come from tests/inputs.hpp.
 #pragma once
 
@@ -71,37 +71,11 @@ private:
 }
 
 // ---------------------------------------------------------------------------------------------
-// Build and CPU facts
+// Build facts
 
 inline std::string version_string()
 {
     return fmt::format("qk {}.{}.{}", QKERN_VERSION_MAJOR, QKERN_VERSION_MINOR, QKERN_VERSION_PATCH);
-}
-
-// quantize and dot on the tag qk::dispatch picks for this CPU: the tool's kernels are the CPU's
-// best whatever the build's flags (the bytes are the same on every tag).
-template <class Block>
-std::vector<Block> quantize_best(std::span<const float> x)
-{
-    return qk::dispatch([&]<class Tag>(Tag) { return qk::quantize<Block, Tag>(x); });
-}
-
-template <class Block>
-void quantize_best(std::span<const float> x, std::span<Block> y)
-{
-    qk::dispatch([&]<class Tag>(Tag) { qk::quantize<Block, Tag>(x, y); });
-}
-
-template <qk::weight_format Block>
-float dot_best(std::span<const Block> w, std::span<const typename qk::format_traits<Block>::vec_dot_type> a)
-{
-    return qk::dispatch([&]<class Tag>(Tag) { return qk::dot<Block, Tag>(w, a); });
-}
-
-// The tag qk::dispatch picks on this CPU: what dot, quantize and gemv run on in this tool.
-inline std::string_view dispatched_tag()
-{
-    return qk::dispatch([]<class Tag>(Tag) { return qk::arch::name<Tag>(); });
 }
 
 // --backend: "cpu" or "vulkan" (an error where this build has no Vulkan backend).

@@ -242,7 +242,7 @@ inline void print_info()
     fmt::print("  CPU runs tags  {}\n", runnable_tags());
     // dot, quantize and gemv carry per-function targets, so this tool picks them at run time;
     // solve_tri and the sampling passes are plain xsimd vectors, which exist only as the flags allow.
-    const std::string_view best = dispatched_tag();
+    const std::string_view best = qk::dispatched_tag_name();
     fmt::print("  kernels        dot, quantize, gemv: {} (chosen at run time for this CPU)\n", best);
     fmt::print("                 solve_tri: {}, sampling passes: {} (fixed at compile time by the flags)\n",
                qk::arch::name<qk::arch::solve_tri_native>(), qk::arch::name<qk::arch::vector_native>());

@@ -38,7 +38,7 @@ constexpr double bits_per_weight()
 template <class Block>
 std::vector<float> round_trip(std::span<const float> x)
 {
-    const std::vector<Block> blocks = quantize_best<Block>(x);
+    const std::vector<Block> blocks = qk::quantize<Block, qk::arch::runtime>(x);
     std::vector<float> y(x.size());
     qk::dequantize<Block>(std::span<const Block>(blocks), std::span<float>(y));
     return y;
@@ -101,8 +101,8 @@ template <qk::weight_format Block>
 dot_result tour_dot(std::span<const float> w, std::span<const float> a)
 {
     using activation = typename qk::format_traits<Block>::vec_dot_type;
-    const std::vector<Block> wq = quantize_best<Block>(w);
-    const std::vector<activation> aq = quantize_best<activation>(a);
+    const std::vector<Block> wq = qk::quantize<Block, qk::arch::runtime>(w);
+    const std::vector<activation> aq = qk::quantize<activation, qk::arch::runtime>(a);
 
     std::vector<float> w_deq(w.size());
     std::vector<float> a_deq(a.size());
@@ -114,7 +114,7 @@ dot_result tour_dot(std::span<const float> w, std::span<const float> a)
     dot_result result;
     for (std::size_t r = 0; r < tour_rows; ++r) {
         const std::span<const Block> row(wq.data() + r * row_blocks, row_blocks);
-        const float best = dot_best<Block>(row, a_blocks);
+        const float best = qk::dot<Block, qk::arch::runtime>(row, a_blocks);
         const float generic = qk::dot<Block, qk::arch::generic>(row, a_blocks);
 
         double exact = 0.0;
@@ -160,7 +160,7 @@ inline int run_tour(const tour_options&)
         all_ok = qk::visit_format(f, [&]<class Block>(std::type_identity<Block>) { return tour_round_trip<Block>(w); }) && all_ok;
     }
 
-    const std::string best_header = fmt::format("best ({})", dispatched_tag());
+    const std::string best_header = fmt::format("best ({})", qk::dispatched_tag_name());
     const std::size_t best_width = std::max<std::size_t>(best_header.size(), 12);
     fmt::print("\ndot products: y = W a with a quantized too; y[0] shown, all {} rows checked\n", tour_rows);
     fmt::print("  {:<8} {:<6} {:>{}} {:>12} {:>12} {:>12}   {}\n", "format", "a as", best_header, best_width, "generic",
