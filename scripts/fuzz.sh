@@ -14,7 +14,11 @@
 #
 # QKERN_FUZZ_SEED and QKERN_FUZZ_RUNS fix libFuzzer's random seed and the number of inputs tried
 # (SECONDS still bounds the time): CI sets both, so that a run tries the same inputs every time
-# and cannot pass or fail by chance. QKERN_FUZZ_OPT is the optimization level, -O1 by default:
+# and does not pass or fail by chance. A fixed seed alone did not do it: libFuzzer rereads the corpus
+# every second (-reload, off with a seed) and some targets branch on addresses (the GGUF reader on
+# a tensor's alignment), so the run is also started without address randomization where the system
+# allows it (setarch -R). With both, a single-threaded target repeats itself exactly; kernels,
+# whose calls share work with a thread pool, still varies a little with the threads' timing. QKERN_FUZZ_OPT is the optimization level, -O1 by default:
 # CI builds the kernels and tool_files targets at -O0, where their compile (170 and 65 CPU
 # seconds at -O1, 48 and 38 at -O0) costs more than running them 3 to 4 times slower for a short,
 # fixed number of inputs. A long run wants -O1.
@@ -51,9 +55,17 @@ echo "-- fuzzing $target for ${seconds}s from $corpus and ${seeds[*]:-no seeds}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}:halt_on_error=1
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}:halt_on_error=1
 fixed=()
-[[ -n ${QKERN_FUZZ_SEED-} ]] && fixed+=(-seed="$QKERN_FUZZ_SEED")
+launch=()
+if [[ -n ${QKERN_FUZZ_SEED-} ]]; then
+    fixed+=(-seed="$QKERN_FUZZ_SEED" -reload=0)
+    if setarch "$(uname -m)" -R true 2>/dev/null; then
+        launch=(setarch "$(uname -m)" -R)
+    else
+        echo "-- setarch -R is not allowed here: addresses stay randomized"
+    fi
+fi
 [[ -n ${QKERN_FUZZ_RUNS-} ]] && fixed+=(-runs="$QKERN_FUZZ_RUNS")
-"$out/$target" "$corpus" "${seeds[@]}" "${fixed[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+"${launch[@]}" "$out/$target" "$corpus" "${seeds[@]}" "${fixed[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$out/$target-" 2>&1 | { grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' || true; } || {
     echo "fuzz: $target found a problem; the input is in $out/ ($target-*)" >&2
     exit 1
