@@ -145,7 +145,7 @@ template <class Arch>
         auto bad = V(0.0f) != V(0.0f);
         for (; i + w <= n; i += w) {
             const V v = V::load_unaligned(x + i);
-            bad = bad || !(xsimd::abs(v) < V(std::numeric_limits<float>::infinity())); // NaN fails it too
+            bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
             low = xsimd::min(low, v);
             high = xsimd::max(high, v);
         }
@@ -160,13 +160,13 @@ template <class Arch>
         }
     }
     for (; i < n; ++i) {
-        ok = ok && std::fabs(x[i]) < std::numeric_limits<float>::infinity();
+        ok = ok && x[i] > minus_infinity;
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
     }
     lowest = lo;
     highest = hi;
-    return ok;
+    return ok && hi < std::numeric_limits<float>::infinity(); // a +inf is the maximum: checked once
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
