@@ -14,14 +14,15 @@
 #
 # QKERN_FUZZ_SEED and QKERN_FUZZ_RUNS fix libFuzzer's random seed and the number of inputs tried
 # (SECONDS still bounds the time): CI sets both, so that a run tries the same inputs every time
-# and does not pass or fail by chance. A fixed seed alone did not do it: libFuzzer rereads the corpus
-# every second (-reload, off with a seed) and some targets branch on addresses (the GGUF reader on
-# a tensor's alignment), so the run is also started without address randomization where the system
-# allows it (setarch -R). With both, a single-threaded target repeats itself exactly; kernels,
-# whose calls share work with a thread pool, still varies a little with the threads' timing. QKERN_FUZZ_OPT is the optimization level, -O1 by default:
-# CI builds the kernels and tool_files targets at -O0, where their compile (170 and 65 CPU
-# seconds at -O1, 48 and 38 at -O0) costs more than running them 3 to 4 times slower for a short,
-# fixed number of inputs. A long run wants -O1.
+# and does not pass or fail by chance. A fixed seed alone did not do it: libFuzzer rereads the
+# corpus every second (-reload, off with a seed) and some targets branch on addresses (the GGUF
+# reader on a tensor's alignment), so the run is also started without address randomization where
+# the system allows it (setarch -R). With both, a single-threaded target repeats itself exactly;
+# kernels, whose calls share work with a thread pool, still varies a little with the threads' timing.
+#
+# QKERN_FUZZ_OPT is the optimization level, -O1 by default: CI builds the kernels and tool_files
+# targets at -O0, where their compile (170 and 65 CPU seconds at -O1, 48 and 38 at -O0) costs more
+# than running them 3 to 4 times slower for a short, fixed number of inputs. A long run wants -O1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
