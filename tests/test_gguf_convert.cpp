@@ -164,7 +164,7 @@ void save_model(const gguf::writer& w)
     }
 }
 
-std::filesystem::path scratch_directory()
+std::filesystem::path convert_scratch_directory()
 {
     const auto dir = std::filesystem::temp_directory_path() / ("qkern_gguf_convert_" + std::to_string(std::random_device{}()));
     std::filesystem::create_directories(dir);
@@ -172,7 +172,7 @@ std::filesystem::path scratch_directory()
 }
 
 struct scratch {
-    std::filesystem::path dir = scratch_directory();
+    std::filesystem::path dir = convert_scratch_directory();
     ~scratch() { std::filesystem::remove_all(dir); }
     [[nodiscard]] std::string operator/(const std::string& name) const { return (dir / name).string(); }
     [[nodiscard]] std::size_t files() const

@@ -24,7 +24,7 @@ using qk::backend::cpu::thread_pool;
 
 namespace {
 
-constexpr std::uint32_t sentinel_bits = 0x7fc0beef;
+constexpr std::uint32_t unwritten_bits = 0x7fc0beef;
 
 template <class Block>
 std::vector<float> dot_per_value(std::span<const Block> w, std::size_t rows, std::size_t cols, std::size_t columns, std::span<const float> x)
@@ -72,12 +72,12 @@ void check_packed_gemm_equals_dot()
                 const auto expected = dot_per_value<Block>(w, rows, cols, columns, x);
                 for (const auto& pool : pools) {
                     CAPTURE(pool->size());
-                    std::vector<float> y(rows * columns, std::bit_cast<float>(sentinel_bits));
+                    std::vector<float> y(rows * columns, std::bit_cast<float>(unwritten_bits));
                     qk::gemm<Block, Arch>(packed, columns, x, y, *pool, scratch);
                     CHECK(bit_differences(y, expected) == 0);
                 }
                 if (columns == 1) {
-                    std::vector<float> y(rows, std::bit_cast<float>(sentinel_bits));
+                    std::vector<float> y(rows, std::bit_cast<float>(unwritten_bits));
                     qk::gemv<Block, Arch>(packed, x, y, *pools.back());
                     CHECK(bit_differences(y, expected) == 0);
                 }
@@ -157,8 +157,8 @@ TEST_CASE_TEMPLATE_DEFINE("packed gemm rejects bad shapes with a qk::error namin
     const qk::packed_matrix<Block> packed(w, rows, cols);
     thread_pool pool(2);
     const auto x = normal(3 * cols, 1.0f, 5);
-    std::vector<float> y(3 * rows, std::bit_cast<float>(sentinel_bits));
-    const auto untouched = [&] { return std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == sentinel_bits; }); };
+    std::vector<float> y(3 * rows, std::bit_cast<float>(unwritten_bits));
+    const auto untouched = [&] { return std::all_of(y.begin(), y.end(), [](float v) { return bits(v) == unwritten_bits; }); };
     CHECK_THROWS_WITH_AS(qk::gemm(packed, 0, x, y, pool), doctest::Contains("columns is 0"), qk::error);
     CHECK_THROWS_WITH_AS(qk::gemm(packed, 2, x, y, pool), doctest::Contains(("x has " + std::to_string(3 * cols) + " values").c_str()), qk::error);
     CHECK_THROWS_WITH_AS(qk::gemm(packed, 3, x, std::span<float>(y).first(3 * rows - 1), pool),
@@ -227,9 +227,9 @@ TEST_CASE_TEMPLATE_DEFINE("the CPU context's gemm owns its weights and equals qk
         context.gemv(*m, std::span<const float>(x).subspan(cols, cols), column);
         CHECK(bit_differences(column, std::vector<float>(expected.begin() + static_cast<std::ptrdiff_t>(rows),
                                                          expected.begin() + static_cast<std::ptrdiff_t>(2 * rows))) == 0);
-        std::vector<float> short_y(rows * columns - 1, std::bit_cast<float>(sentinel_bits));
+        std::vector<float> short_y(rows * columns - 1, std::bit_cast<float>(unwritten_bits));
         CHECK_THROWS_AS(context.gemm(*m, columns, x, short_y), qk::error);
-        CHECK(std::all_of(short_y.begin(), short_y.end(), [](float v) { return bits(v) == sentinel_bits; }));
+        CHECK(std::all_of(short_y.begin(), short_y.end(), [](float v) { return bits(v) == unwritten_bits; }));
     }
 }
 TEST_CASE_TEMPLATE_APPLY(context_gemm_owns, qk::weight_formats::tuple);

@@ -33,11 +33,12 @@
 #endif
 
 #include "inputs.hpp"
+#include "sampling_reference.hpp"
 
 namespace {
 
 namespace qs = qk::sampling;
-constexpr float inf = std::numeric_limits<float>::infinity();
+using qk_test::sampling::inf;
 
 std::vector<float> model_logits(std::size_t n, std::uint32_t seed)
 {

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "inputs.hpp"
+#include "sampling_reference.hpp"
 
 namespace {
 
 namespace sd = qk::sampling::detail;
-constexpr float inf = std::numeric_limits<float>::infinity();
+using qk_test::sampling::inf;
 
 // |a - b| in units of the float spacing at b (b a double reference).
 double ulps(float a, double b)

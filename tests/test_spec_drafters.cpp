@@ -27,7 +27,11 @@
 #include <spec/replay.hpp>
 #include <spec/token_history.hpp>
 
+#include "spec_support.hpp"
+
 namespace {
+
+using namespace qk_test::spec;
 
 using token = std::int32_t;
 using tokens = std::vector<token>;
@@ -40,8 +44,6 @@ using qk::spec::token_history;
 static_assert(qk::spec::history_drafter<qk::spec::ngram_simple>);
 static_assert(qk::spec::history_drafter<qk::spec::ngram_index>);
 static_assert(qk::spec::history_drafter<qk::spec::ngram_map>);
-template <class Drafter>
-concept drafts_from_span = requires(Drafter& drafter, history_view history) { drafter.draft(history, token{}); };
 static_assert(!drafts_from_span<qk::spec::ngram_index>);
 static_assert(!drafts_from_span<qk::spec::ngram_map>);
 static_assert(drafts_from_span<qk::spec::ngram_simple>);
@@ -60,21 +62,6 @@ void follow_to(token_history& history, history_view target)
     }
     history.cut(same);
     history.append(target.subspan(same));
-}
-
-// doctest cannot print a std::vector: wrapped, a failed comparison shows both drafts.
-struct shown {
-    tokens v;
-    bool operator==(const shown&) const = default;
-};
-
-std::ostream& operator<<(std::ostream& out, const shown& s)
-{
-    out << '[';
-    for (std::size_t i = 0; i < s.v.size(); ++i) {
-        out << (i ? "," : "") << s.v[i];
-    }
-    return out << ']';
 }
 
 // ---- sequences -------------------------------------------------------------------------------
@@ -169,11 +156,6 @@ tokens take(Generator&& g, std::size_t count)
     }
     return out;
 }
-
-struct named_sequence {
-    std::string name;
-    tokens values;
-};
 
 std::vector<named_sequence> prefix_sequences(std::size_t length)
 {

@@ -27,7 +27,11 @@
 #include <spec/replay.hpp>
 #include <spec/token_history.hpp>
 
+#include "spec_support.hpp"
+
 namespace {
+
+using namespace qk_test::spec;
 
 using token = std::int32_t;
 using tokens = std::vector<token>;
@@ -37,21 +41,6 @@ using qk::spec::ngram_pool;
 using qk::spec::token_history;
 
 static_assert(qk::spec::history_drafter<ngram_mod>);
-
-// doctest cannot print a std::vector: wrapped, a failed comparison shows both drafts.
-struct shown {
-    tokens v;
-    bool operator==(const shown&) const = default;
-};
-
-std::ostream& operator<<(std::ostream& out, const shown& s)
-{
-    out << '[';
-    for (std::size_t i = 0; i < s.v.size(); ++i) {
-        out << (i ? "," : "") << s.v[i];
-    }
-    return out << ']';
-}
 
 // ---- the reference, written plainly from llama.cpp's common_ngram_mod and its state -----------
 

@@ -23,7 +23,11 @@
 #include <spec/suffix_drafter.hpp>
 #include <spec/token_history.hpp>
 
+#include "spec_support.hpp"
+
 namespace {
+
+using namespace qk_test::spec;
 
 using token = std::int32_t;
 using tokens = std::vector<token>;
@@ -33,24 +37,7 @@ using qk::spec::token_history;
 using settings = suffix_drafter::config;
 
 static_assert(qk::spec::history_drafter<suffix_drafter>);
-template <class Drafter>
-concept drafts_from_span = requires(Drafter& drafter, std::span<const token> history) { drafter.draft(history, token{}); };
 static_assert(!drafts_from_span<suffix_drafter>);
-
-// doctest cannot print a std::vector: wrapped, a failed comparison shows both drafts.
-struct shown {
-    tokens v;
-    bool operator==(const shown&) const = default;
-};
-
-std::ostream& operator<<(std::ostream& out, const shown& s)
-{
-    out << '[';
-    for (std::size_t i = 0; i < s.v.size(); ++i) {
-        out << (i ? "," : "") << s.v[i];
-    }
-    return out << ']';
-}
 
 // ---- the reference: the header's definition, by scanning -------------------------------------
 
@@ -184,7 +171,7 @@ private:
 
 // ---- sequences -------------------------------------------------------------------------------
 
-tokens random_tokens(std::uint64_t seed, token alphabet, std::size_t count, token first = 0)
+tokens random_history(std::uint64_t seed, token alphabet, std::size_t count, token first = 0)
 {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<token> pick(0, alphabet - 1);
@@ -198,7 +185,7 @@ tokens random_tokens(std::uint64_t seed, token alphabet, std::size_t count, toke
 // A random period repeated, each token replaced by a random one with probability `noise`.
 tokens periodic_tokens(std::uint64_t seed, std::size_t period, double noise, token alphabet, std::size_t count)
 {
-    const tokens base = random_tokens(seed, alphabet, period);
+    const tokens base = random_history(seed, alphabet, period);
     std::mt19937_64 rng(seed + 1);
     std::uniform_int_distribution<token> pick(0, alphabet - 1);
     tokens out(count);
@@ -265,17 +252,12 @@ private:
     std::discrete_distribution<std::size_t> pick_phrase_;
 };
 
-struct named_sequence {
-    std::string name;
-    tokens values;
-};
-
 std::vector<named_sequence> test_sequences(std::size_t length)
 {
     std::vector<named_sequence> out;
     std::uint64_t seed = 7000;
     for (const token alphabet : {2, 3, 5, 8}) {
-        out.push_back({"random alphabet " + std::to_string(alphabet), random_tokens(++seed, alphabet, length)});
+        out.push_back({"random alphabet " + std::to_string(alphabet), random_history(++seed, alphabet, length)});
     }
     out.push_back({"periodic 1", periodic_tokens(++seed, 1, 0.0, 4, length)});
     out.push_back({"periodic 3", periodic_tokens(++seed, 3, 0.0, 4, length)});
@@ -525,7 +507,7 @@ TEST_CASE("suffix_drafter: histories cut, regrown with other tokens, replaced an
 TEST_CASE("suffix_drafter: begin, reset and switching between histories")
 {
     const tokens a = text_source(41, 0).take(300);
-    const tokens b = random_tokens(42, 3, 300);
+    const tokens b = random_history(42, 3, 300);
     for (const settings& c : test_settings()) {
         CAPTURE(describe(c));
         checker check(c);
@@ -621,7 +603,7 @@ TEST_CASE("suffix_drafter with a corpus equals its definition")
         for (int s = 0; s < 4; ++s) {
             add(*corpus, copy, text.take(150));
         }
-        add(*corpus, copy, random_tokens(9, 3, 100, 100000)); // random tokens with ids of the text
+        add(*corpus, copy, random_history(9, 3, 100, 100000)); // random tokens with ids of the text
         checker check(c, corpus, &copy);
         const tokens fresh = text.take(300);
         token_history history;

@@ -543,7 +543,7 @@ stress_result step(qk::backend::cpu::context& ctx, const qk::backend::cpu::matri
     return r;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b)
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b)
 {
     if (a.size() != b.size()) {
         return false;
@@ -560,9 +560,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b)
 std::string differences(const stress_result& got, const stress_result& want)
 {
     std::string what;
-    what += same_bits(got.y, want.y) ? "" : " gemv";
-    what += same_bits(got.y_gemm, want.y_gemm) ? "" : " gemm";
-    what += same_bits(got.solved, want.solved) ? "" : " solve_tri";
+    what += bitwise_equal(got.y, want.y) ? "" : " gemv";
+    what += bitwise_equal(got.y_gemm, want.y_gemm) ? "" : " gemm";
+    what += bitwise_equal(got.solved, want.solved) ? "" : " solve_tri";
     what += got.tokens == want.tokens ? "" : " sample";
     return what;
 }

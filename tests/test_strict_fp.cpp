@@ -14,11 +14,11 @@ using namespace qk_test;
 namespace {
 
 constexpr std::size_t columns = 1024;
-constexpr std::size_t rows = 96;
+constexpr std::size_t matrix_rows = 96;
 
 std::vector<float> varied_rows()
 {
-    auto x = normal(rows * columns, 1.0f, 31);
+    auto x = normal(matrix_rows * columns, 1.0f, 31);
     for (std::size_t i = 0; i < x.size(); ++i) {
         // Heavy tails in every tenth row, then log-uniform magnitudes per block of 32 from 1e-6
         // to 1e4.
@@ -38,7 +38,7 @@ std::span<const std::uint8_t> raw(std::span<const T> s)
 }
 
 template <class Block>
-std::vector<std::uint8_t> bytes(const std::vector<Block>& blocks)
+std::vector<std::uint8_t> block_bytes(const std::vector<Block>& blocks)
 {
     std::vector<std::uint8_t> out(blocks.size() * sizeof(Block));
     std::memcpy(out.data(), blocks.data(), out.size());
@@ -57,12 +57,12 @@ TEST_CASE("quantizers give the same bytes with and without floating-point contra
     for (std::size_t f = 0; f < qk::all_formats.size(); ++f) {
         qk::visit_format(qk::all_formats[f], [&]<class Block>(std::type_identity<Block>) {
             CAPTURE(qk::format_traits<Block>::name);
-            const auto here = bytes(qk::quantize<Block>(std::span<const float>(x)));
+            const auto here = block_bytes(qk::quantize<Block>(std::span<const float>(x)));
             CHECK(here == baseline::quantize(static_cast<int>(f), x, {}));
             if constexpr (qk::importance_format<Block>) {
                 std::vector<Block> weighted(here.size() / sizeof(Block));
                 qk::quantize<Block>(x, std::span<Block>(weighted), importance);
-                CHECK(bytes(weighted) == baseline::quantize(static_cast<int>(f), x, importance));
+                CHECK(block_bytes(weighted) == baseline::quantize(static_cast<int>(f), x, importance));
             }
         });
     }
@@ -71,7 +71,7 @@ TEST_CASE("quantizers give the same bytes with and without floating-point contra
 TEST_CASE("generic dot products give the same bits with and without floating-point contraction")
 {
     const auto x = varied_rows();
-    const auto y = normal(rows * columns, 3.0f, 33);
+    const auto y = normal(matrix_rows * columns, 3.0f, 33);
     for (std::size_t f = 0; f < qk::all_formats.size(); ++f) {
         qk::visit_format(qk::all_formats[f], [&]<class Block>(std::type_identity<Block>) {
             if constexpr (qk::weight_format<Block>) {
@@ -79,10 +79,10 @@ TEST_CASE("generic dot products give the same bits with and without floating-poi
                 CAPTURE(qk::format_traits<Block>::name);
                 const auto w = qk::quantize<Block>(std::span<const float>(x));
                 const auto a = qk::quantize<activation>(std::span<const float>(y));
-                const std::size_t wn = w.size() / rows;
-                const std::size_t an = a.size() / rows;
+                const std::size_t wn = w.size() / matrix_rows;
+                const std::size_t an = a.size() / matrix_rows;
                 std::size_t differing = 0;
-                for (std::size_t r = 0; r < rows; ++r) {
+                for (std::size_t r = 0; r < matrix_rows; ++r) {
                     const auto wr = std::span<const Block>(w).subspan(r * wn, wn);
                     const auto ar = std::span<const activation>(a).subspan(r * an, an);
                     const float here = qk::dot<Block, qk::arch::generic>(wr, ar);

@@ -21,7 +21,7 @@ using qk::backend::cpu::thread_pool;
 
 namespace {
 
-constexpr std::size_t thread_counts[] = {1, 2, 3, 7}; // 7: more threads than cores
+constexpr std::size_t threads_per_pool[] = {1, 2, 3, 7}; // 7: more threads than cores
 
 } // namespace
 
@@ -34,7 +34,7 @@ TEST_CASE("thread_pool(0) is a qk::error naming the argument")
 
 TEST_CASE("thread_pool runs every task exactly once, for any task count, across many runs")
 {
-    for (std::size_t threads : thread_counts) {
+    for (std::size_t threads : threads_per_pool) {
         thread_pool pool(threads);
         for (std::size_t tasks : {0u, 1u, 2u, 3u, 7u, 100u}) {
             CAPTURE(threads);
@@ -55,7 +55,7 @@ TEST_CASE("thread_pool runs every task exactly once, for any task count, across 
 
 TEST_CASE("thread_pool runs size() tasks on size() distinct threads at once, the caller among them")
 {
-    for (std::size_t threads : thread_counts) {
+    for (std::size_t threads : threads_per_pool) {
         CAPTURE(threads);
         thread_pool pool(threads);
         std::mutex mutex;
@@ -83,7 +83,7 @@ TEST_CASE("thread_pool runs size() tasks on size() distinct threads at once, the
 
 TEST_CASE("thread_pool rethrows a task's exception after every task ran, and stays usable")
 {
-    for (std::size_t threads : thread_counts) {
+    for (std::size_t threads : threads_per_pool) {
         CAPTURE(threads);
         thread_pool pool(threads);
         std::atomic<int> ran{0};
@@ -106,7 +106,7 @@ TEST_CASE("thread_pool rethrows a task's exception after every task ran, and sta
 
 TEST_CASE("thread_pool::run from inside one of its own tasks is a qk::error, not a deadlock")
 {
-    for (std::size_t threads : thread_counts) {
+    for (std::size_t threads : threads_per_pool) {
         CAPTURE(threads);
         thread_pool pool(threads);
         const auto nested = [&] { pool.run(4, [&](std::size_t) { pool.run(2, [](std::size_t) {}); }); };
