@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "inputs.hpp"
@@ -61,7 +62,9 @@ void check_packed_gemm_equals_dot()
     }
     std::vector<std::uint8_t> scratch;
     for (std::size_t rows : {1u, 15u, 16u, 17u, 40u, 129u}) {
-        for (std::size_t cols : {size, 3 * size}) {
+        // 1, 3 and 5 blocks a row: a lone partial unit, then whole units and a partial one (units
+        // are 1, 2 or 4 blocks).
+        for (std::size_t cols : {size, 3 * size, 5 * size}) {
             const auto w = qk_inputs::random_blocks<Block>(rows * cols / size, static_cast<std::uint32_t>(rows * 131 + cols));
             const qk::packed_matrix<Block> packed(w, rows, cols);
             for (std::size_t columns : {1u, 2u, 3u, 7u, 8u, 9u, 15u, 16u, 17u, 40u}) {
@@ -136,6 +139,60 @@ TEST_CASE_TEMPLATE("pack_panel lays out qs, scale and both corrections as docume
             }
         }
     }
+}
+
+// The unit layout of packed.hpp's comment, its sizes written out here: per format the blocks in a
+// unit, a block's code bytes for 16 rows and a block's scale bytes. A tile's scales lie between its
+// codes, one unit at a time, so that a mat-vec reads one sequential stream.
+struct unit_layout {
+    std::size_t blocks;
+    std::size_t code_bytes;
+    std::size_t scale_bytes;
+};
+template <class Block>
+constexpr unit_layout documented_unit = std::is_same_v<Block, qk::block_q8_0>    ? unit_layout{2, 512, 32}
+                                        : std::is_same_v<Block, qk::block_mxfp4>  ? unit_layout{4, 256, 16}
+                                        : std::is_same_v<Block, qk::block_nvfp4>  ? unit_layout{1, 512, 64}
+                                        : std::is_same_v<Block, qk::block_iq4_nl> ? unit_layout{2, 256, 32}
+                                                                                  : unit_layout{2, 2048, 160};
+
+TEST_CASE_TEMPLATE("packed tiles keep each unit's scales after its codes", Block, qk::block_q8_0, qk::block_mxfp4, qk::block_nvfp4,
+                   qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    constexpr unit_layout unit = documented_unit<Block>;
+    constexpr std::size_t unit_bytes = unit.blocks * (unit.code_bytes + unit.scale_bytes);
+    // Two whole units and one block more, on 17 rows: two tiles, the second mostly padding.
+    const std::size_t blocks = 2 * unit.blocks + 1;
+    const std::size_t rows = 17;
+    const auto w = qk_inputs::random_blocks<Block>(rows * blocks, 77);
+    const qk::packed_matrix<Block> packed(w, rows, blocks * qk::format_traits<Block>::block_size);
+    const std::uint8_t* base = packed.tile(0).bytes;
+    CHECK(packed.tile(1).bytes - base == static_cast<std::ptrdiff_t>(3 * unit_bytes));
+    CHECK(packed.bytes() == 2 * 3 * unit_bytes);
+    std::size_t checked = 0;
+    for (std::size_t t = 0; t < 2; ++t) {
+        for (std::size_t r = 0; r < 16 && 16 * t + r < rows; ++r) {
+            for (std::size_t b = 0; b < blocks; ++b) {
+                CAPTURE(t);
+                CAPTURE(r);
+                CAPTURE(b);
+                const Block& block = w[(16 * t + r) * blocks + b];
+                const std::uint8_t* scales = base + t * 3 * unit_bytes + b / unit.blocks * unit_bytes + unit.blocks * unit.code_bytes +
+                                             b % unit.blocks * unit.scale_bytes;
+                if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
+                    CHECK(scales[r] == block.e);
+                } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+                    for (std::size_t s = 0; s < 4; ++s) {
+                        CHECK(scales[16 * s + r] == block.d[s]);
+                    }
+                } else {
+                    CHECK(std::memcmp(scales + 2 * r, &block.d, 2) == 0);
+                }
+                ++checked;
+            }
+        }
+    }
+    CHECK(checked == rows * blocks);
 }
 
 TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of each row and column, bit for bit", Block, packed_gemm_equals_dot)

@@ -277,7 +277,8 @@ void check_tile_product_against_generic()
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
     constexpr std::uint32_t sentinel = 0x7fc0beef;
     for (const bool extreme : {false, true}) {
-        for (std::size_t blocks = 1; blocks <= 3; ++blocks) {
+        // Up to 5 blocks a row: a second packed unit, whole or partial, for every format.
+        for (const std::size_t blocks : {1u, 2u, 3u, 5u}) {
             for (std::size_t rows = 1; rows <= qk::packed_tile_rows; ++rows) {
                 auto w = qk_inputs::random_blocks<Block>(rows * blocks, static_cast<std::uint32_t>(rows * 17 + blocks));
                 if (extreme) {

@@ -15,7 +15,6 @@
 #include "../e8m0.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
-#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "../dot/avx2.hpp"
 #include "generic.hpp"
@@ -170,18 +169,11 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data())));
     }
     alignas(32) float acc[N][packed_tile_rows] = {};
-    const std::uint8_t* codes = t.codes;
     for (std::size_t b = 0; b < t.blocks; ++b) {
-        const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
+        const std::uint8_t* codes = t.codes(b);
+        const std::uint8_t* scales = t.scales(b);
         const __m256 dw[2] = {weight_scales<Arch, Block>(scales, 0), weight_scales<Arch, Block>(scales, 1)};
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
-            if constexpr (N <= 2) {
-                // Mat-vec streams the tile from memory; as in packed/avx512vnni.hpp.
-#pragma GCC unroll 8
-                for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
-                    qk::detail::prefetch_stream(codes + i);
-                }
-            }
             // The halves one after the other: with both at once, g++ shares the activation
             // broadcasts of the two and spills them.
             if constexpr (std::is_same_v<Block, block_nvfp4>) {

@@ -18,7 +18,6 @@
 #include "../arch.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
-#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "../dot/avx512bw.hpp"
 #include "generic.hpp"
@@ -145,9 +144,9 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
     for (std::size_t c = 0; c < N; ++c) {
         acc[c] = _mm512_setzero_ps();
     }
-    const std::uint8_t* codes = t.codes;
     for (std::size_t b = 0; b < t.blocks; ++b) {
-        const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
+        const std::uint8_t* codes = t.codes(b);
+        const std::uint8_t* scales = t.scales(b);
         __m512 dw = _mm512_setzero_ps(); // NVFP4's are per sub-block, in nvfp4_group
         if constexpr (std::is_same_v<Block, block_mxfp4>) {
             // vscalefps(d_a, e - 128) is d_a * 2^(e - 128) correctly rounded: the reference's product.
@@ -157,14 +156,6 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
             dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
         }
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
-            if constexpr (N <= 2) {
-                // Mat-vec streams the tile from memory: ask for the group prefetch.hpp's distance
-                // ahead (the tile's next codes, then its scales and the next tile, which follow it).
-#pragma GCC unroll 8
-                for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
-                    qk::detail::prefetch_stream(codes + i);
-                }
-            }
             if constexpr (std::is_same_v<Block, block_nvfp4>) {
                 nvfp4_group<Arch, N>(codes, entries, scales + 16 * (2 * g), table, acc);
                 continue;

@@ -61,11 +61,11 @@ QK_STRICT_FP void packed_tile_generic(const packed_tile<Block>& tile, const std:
         for (std::size_t r = 0; r < rows; ++r) {
             float sum = 0.0f;
             for (std::size_t b = 0; b < tile.blocks; ++b) {
-                const std::uint8_t* block_scales = tile.scales + b * traits::scale_bytes;
+                const std::uint8_t* block_scales = tile.scales(b);
                 for (std::size_t g = 0; g < traits::groups_per_block; ++g) {
                     const std::size_t group = b * traits::groups_per_block + g;
                     const std::uint8_t* entry = entries + group * n * packed_entry_bytes;
-                    const std::uint8_t* codes = tile.codes + group * traits::code_bytes;
+                    const std::uint8_t* codes = tile.codes(b) + g * traits::code_bytes;
                     const auto* qs = reinterpret_cast<const std::int8_t*>(entry + 32 * c);
                     float activation;
                     std::memcpy(&activation, entry + 32 * n + 4 * c, sizeof activation);

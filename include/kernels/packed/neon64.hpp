@@ -141,9 +141,9 @@ QK_TARGET_NEON64_DOTPROD void tile(const packed_tile<Block>& t, const std::uint8
         grid = vld1q_s8(reinterpret_cast<const std::int8_t*>(&iq4_values));
     }
     alignas(16) float acc[N][packed_tile_rows] = {};
-    const std::uint8_t* codes = t.codes;
     for (std::size_t b = 0; b < t.blocks; ++b) {
-        const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
+        const std::uint8_t* codes = t.codes(b);
+        const std::uint8_t* scales = t.scales(b);
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
             for (std::size_t h = 0; h < 2; ++h) {
                 int32x4_t sum[N][2];

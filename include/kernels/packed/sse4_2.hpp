@@ -15,7 +15,6 @@
 #include "../e8m0.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
-#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "avx2.hpp"
 #include "generic.hpp"
@@ -146,19 +145,12 @@ QK_TARGET_SSE4_2 void tile(const packed_tile<Block>& t, const std::uint8_t* entr
         grid = _mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data()));
     }
     alignas(16) float acc[N][packed_tile_rows] = {};
-    const std::uint8_t* codes = t.codes;
     for (std::size_t b = 0; b < t.blocks; ++b) {
-        const std::uint8_t* scales = t.scales + b * traits::scale_bytes;
+        const std::uint8_t* codes = t.codes(b);
+        const std::uint8_t* scales = t.scales(b);
         const __m128 dw[4] = {weight_scales<Arch, Block>(scales, 0), weight_scales<Arch, Block>(scales, 1), weight_scales<Arch, Block>(scales, 2),
                               weight_scales<Arch, Block>(scales, 3)};
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
-            if constexpr (N <= 2) {
-                // Mat-vec streams the tile from memory; as in packed/avx2.hpp.
-#pragma GCC unroll 8
-                for (std::size_t i = 0; i < traits::code_bytes; i += 64) {
-                    qk::detail::prefetch_stream(codes + i);
-                }
-            }
             for (std::size_t q = 0; q < 4; ++q) {
                 if constexpr (std::is_same_v<Block, block_nvfp4>) {
                     const std::uint8_t* first = scales + 16 * (2 * g); // sub-block 2g's, then 2g + 1's
