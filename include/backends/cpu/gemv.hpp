@@ -103,9 +103,10 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // No software prefetch, here or in the tile kernels: a task reads one sequential stream (its rows,
 // or its tiles' units with the scales between the codes), which the hardware prefetchers bring
 // at the memory's pace. Measured on Zen 5 (one thread and two, 14336 x 4096, every format,
-// fractions of the streaming read in the same process): prefetcht1 8 KiB ahead was 0-15% slower
-// than none on plain rows, in huge pages and in 4 KiB pages, and on packed tiles; prefetcht0 helped
-// only Q8_0 rows, by less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and
+// fractions of the streaming read in the same process): prefetcht1 8 KiB ahead was up to 15%
+// slower than none on packed tiles and on plain rows in huge pages; in 4 KiB pages too, but for
+// IQ4_XS rows (0.80 with, 0.77 without: within the noise); prefetcht0 helped only Q8_0 rows, by
+// less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and
 // 70-75% with it. (Prefetches did help packed tiles while their scales were a second stream.)
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
