@@ -99,16 +99,18 @@ struct packed_tile {
     const std::uint8_t* bytes;
     std::size_t blocks; // per row
 
-    // Block b's first code group (its groups follow one another).
-    [[nodiscard]] const std::uint8_t* codes(std::size_t b) const noexcept
+    // Where in the tile block b's first code group (its groups follow one another) and its scales lie.
+    [[nodiscard]] static constexpr std::size_t codes_offset(std::size_t b) noexcept
     {
-        return bytes + b / traits::blocks_per_unit * unit_bytes + b % traits::blocks_per_unit * block_code_bytes;
+        return b / traits::blocks_per_unit * unit_bytes + b % traits::blocks_per_unit * block_code_bytes;
     }
-    [[nodiscard]] const std::uint8_t* scales(std::size_t b) const noexcept
+    [[nodiscard]] static constexpr std::size_t scales_offset(std::size_t b) noexcept
     {
-        return bytes + b / traits::blocks_per_unit * unit_bytes + traits::blocks_per_unit * block_code_bytes +
+        return b / traits::blocks_per_unit * unit_bytes + traits::blocks_per_unit * block_code_bytes +
                b % traits::blocks_per_unit * traits::scale_bytes;
     }
+    [[nodiscard]] const std::uint8_t* codes(std::size_t b) const noexcept { return bytes + codes_offset(b); }
+    [[nodiscard]] const std::uint8_t* scales(std::size_t b) const noexcept { return bytes + scales_offset(b); }
     // The bytes of a tile of `blocks` blocks per row: whole units.
     [[nodiscard]] static constexpr std::size_t bytes_for(std::size_t blocks) noexcept
     {
@@ -248,16 +250,15 @@ private:
     void pack_tile(std::span<const Block> w, std::size_t t)
     {
         using traits = packed_traits<Block>;
-        const packed_tile<Block> tile{bytes_.data() + t * tile_bytes_, blocks_};
-        // The tile's own bytes, which the constant view addresses.
-        const auto at = [&](const std::uint8_t* p) { return bytes_.data() + (p - bytes_.data()); };
+        using tile = packed_tile<Block>;
+        std::uint8_t* base = bytes_.data() + t * tile_bytes_;
         const std::size_t first = t * packed_tile_rows;
         const std::size_t count = std::min(packed_tile_rows, rows_ - first);
         for (std::size_t r = 0; r < count; ++r) {
             const Block* row = w.data() + (first + r) * blocks_;
             for (std::size_t b = 0; b < blocks_; ++b) {
-                std::uint8_t* block_scales = at(tile.scales(b));
-                std::uint8_t* codes = at(tile.codes(b));
+                std::uint8_t* block_scales = base + tile::scales_offset(b);
+                std::uint8_t* codes = base + tile::codes_offset(b);
                 if constexpr (std::is_same_v<Block, block_nvfp4>) {
                     for (std::size_t g = 0; g < 2; ++g) {
                         std::uint8_t* group = codes + g * traits::code_bytes;
@@ -296,7 +297,7 @@ private:
             for (std::size_t r = count; r < packed_tile_rows; ++r) {
                 for (std::size_t b = 0; b < blocks_; ++b) {
                     for (std::size_t j = 0; j < 32; ++j) {
-                        detail::put_code<Block>(at(tile.codes(b)), r, j, 0);
+                        detail::put_code<Block>(base + tile::codes_offset(b), r, j, 0);
                     }
                 }
             }

@@ -5,7 +5,6 @@
 // qk::dot kernel call, so results equal a loop of qk::dot over the rows bit for bit.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <span>
@@ -106,8 +105,8 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // fractions of the streaming read in the same process): prefetcht1 8 KiB ahead was up to 15%
 // slower than none on packed tiles and on plain rows in huge pages; in 4 KiB pages too, but for
 // IQ4_XS rows (0.80 with, 0.77 without: within the noise); prefetcht0 helped only Q8_0 rows, by
-// less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and
-// 70-75% with it. (Prefetches did help packed tiles while their scales were a second stream.)
+// less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and 70-75% with it.
+// (Prefetches did help packed tiles while their scales were a second stream.)
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
 template <class Block, class Arch>
