@@ -333,6 +333,7 @@ void fuzz_dot(const std::uint8_t* h, const payload& p)
 }
 
 // ---- gemv / gemm on plain rows: equal a loop of qk::dot on the same tag, bit for bit ------------
+// (Rows here are at most 4 blocks: gemv.hpp's split kernels, which sum in another order, start at 32.)
 
 struct gemm_case {
     std::size_t rows, cols, columns;             // the true shape, that buffers are sized for

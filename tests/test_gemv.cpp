@@ -40,7 +40,8 @@ template <class Block>
 std::vector<std::size_t> col_counts()
 {
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
-    return {size, 3 * size, 1024, max_cols};
+    // max_cols - 3 * size: a row of whole steps of every unrolled kernel and a tail.
+    return {size, 3 * size, 1024, max_cols - 3 * size, max_cols};
 }
 
 // y filled with a NaN whose bits no kernel produces, so an unwritten or rewritten value shows.
@@ -64,6 +65,22 @@ std::vector<float> dot_per_row(std::span<const Block> w, std::size_t rows, std::
     const auto a = qk::quantize<activation, Arch>(x);
     const std::size_t blocks_per_row = cols / qk::format_traits<Block>::block_size;
     std::vector<float> y(rows);
+#if QK_HAS_X86_KERNELS
+    // MXFP4 and IQ4_NL rows of two steps or more on avx512vbmi: the split kernel, on the
+    // activations as split_q8_0 lays them out (tests/arch checks it against the reference).
+    if constexpr (std::is_base_of_v<qk::arch::avx512vbmi, Arch> &&
+                  (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_iq4_nl>)) {
+        if (blocks_per_row >= 32) {
+            std::vector<std::byte> split(qk::kernels::split_q8_0::bytes_for(blocks_per_row));
+            qk::kernels::split_q8_0::lay_out(a, split.data());
+            for (std::size_t r = 0; r < rows; ++r) {
+                y[r] = qk::kernels::dot<Arch>(w.data() + r * blocks_per_row, qk::kernels::split_q8_0{a.data(), split.data()},
+                                              blocks_per_row, Arch{});
+            }
+            return y;
+        }
+    }
+#endif
     for (std::size_t r = 0; r < rows; ++r) {
         y[r] = qk::dot<Block, Arch>(w.subspan(r * blocks_per_row, blocks_per_row), a);
     }

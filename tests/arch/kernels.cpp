@@ -73,6 +73,32 @@ double magnitude(std::span<const Block> w, std::span<const Activation> a)
     return sum;
 }
 
+// Mat-vec's kernels for MXFP4 and IQ4_NL rows on avx512vbmi (and its children), on activations
+// laid out by split_q8_0: checked as qk::dot is, at every length and placement.
+template <class Block>
+constexpr bool has_split_kernel = QK_HAS_X86_KERNELS && std::is_base_of_v<qk::arch::avx512vbmi, tag> &&
+                                  (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_iq4_nl>);
+
+// The split kernel's result, its layout `offset` bytes past a 64-byte boundary.
+template <class Block>
+float split_dot(std::span<const Block> w, std::span<const qk::block_q8_0> a, std::size_t offset)
+{
+    std::vector<std::byte> storage(qk::kernels::split_q8_0::bytes_for(a.size()) + 64 + offset);
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    std::byte* layout = storage.data() + (64 - address % 64) % 64 + offset;
+    qk::kernels::split_q8_0::lay_out(a, layout);
+#if QK_HAS_X86_KERNELS
+    if constexpr (has_split_kernel<Block>) {
+        return qk::kernels::dot<tag>(w.data(), qk::kernels::split_q8_0{a.data(), layout}, w.size(), tag{});
+    }
+#else
+    (void)w;
+#endif
+    // No split kernel on this tag: callers do not ask for it.
+    FAIL("split_dot on a tag without split kernels");
+    return 0.0f;
+}
+
 template <class Block>
 void check_dot_against_generic()
 {
@@ -95,6 +121,11 @@ void check_dot_against_generic()
             CAPTURE(reference);
             CAPTURE(simd);
             CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+            if constexpr (has_split_kernel<Block>) {
+                const float split = split_dot<Block>(wu.span(), au.span(), offset);
+                CAPTURE(split);
+                CHECK(std::fabs(static_cast<double>(split) - reference) <= tolerance);
+            }
         }
     }
 }
@@ -163,6 +194,9 @@ void check_exact_integer_sums()
         CAPTURE(n);
         CHECK(static_cast<std::int64_t>(qk::dot<Block, tag>(w, a)) == exact);
         CHECK(qk::dot<Block, tag>(w, a) == static_cast<float>(exact));
+        if constexpr (has_split_kernel<Block>) {
+            CHECK(split_dot<Block>(w, a, 0) == static_cast<float>(exact));
+        }
     }
 }
 
@@ -376,11 +410,12 @@ TEST_CASE("the SSE4.2 kernels' fp16 conversion equals fp16_to_fp32 on all 65536 
 
 TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent as the reference does")
 {
-    // Rows of eight blocks (one group of the AVX-512 kernels) and of eleven (a group and a tail),
-    // block j with exponent (first + j) % 256, so every exponent meets every position, subnormal
-    // scales (e = 0, 1) and the largest (e = 255, 2^126 halved) included. Activation scales of
-    // 2^-14 keep most rows finite; rows that overflow must do so as the reference does.
-    for (const std::size_t n : {std::size_t{8}, std::size_t{11}}) {
+    // Rows of eight blocks (one group of the AVX-512 kernels), of eleven (a group and a tail), of
+    // sixteen and 35 (one step of the split kernels, two and a tail), block j with exponent
+    // (first + j) % 256, so every exponent meets every position, subnormal scales (e = 0, 1) and
+    // the largest (e = 255, 2^126 halved) included. Activation scales of 2^-14 keep most rows
+    // finite; rows that overflow must do so as the reference does.
+    for (const std::size_t n : {std::size_t{8}, std::size_t{11}, std::size_t{16}, std::size_t{35}}) {
         for (unsigned first = 0; first < 256; ++first) {
             auto w = qk_inputs::random_blocks<qk::block_mxfp4>(n, 500 + first);
             auto a = qk_inputs::random_blocks<qk::block_q8_0>(n, 900 + first);
@@ -390,10 +425,13 @@ TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent a
             }
             const float reference = qk::dot<qk::block_mxfp4, qk::arch::generic>(w, a);
             const float simd = qk::dot<qk::block_mxfp4, tag>(w, a);
+            // The split kernel, where the tag has one, is held to the same.
+            const float split = has_split_kernel<qk::block_mxfp4> ? split_dot<qk::block_mxfp4>(w, a, 0) : simd;
             CAPTURE(n);
             CAPTURE(first);
             CAPTURE(reference);
             CAPTURE(simd);
+            CAPTURE(split);
             if (std::isfinite(reference)) {
                 // The bound of `magnitude`, in double: dequantizing to float overflows for e >= 254.
                 double bound = 0;
@@ -406,8 +444,10 @@ TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent a
                 }
                 const double tolerance = 2.0 * (static_cast<double>(n) + 4.0) * 0x1p-24 * bound;
                 CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+                CHECK(std::fabs(static_cast<double>(split) - reference) <= tolerance);
             } else {
                 CHECK(std::memcmp(&simd, &reference, sizeof simd) == 0);
+                CHECK(std::memcmp(&split, &reference, sizeof split) == 0);
             }
         }
     }

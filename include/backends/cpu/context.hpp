@@ -99,7 +99,7 @@ public:
                                                      w.blocks().size(), w.rows(), w.cols(), columns, x.size(), y.size(),
                                                      std::numeric_limits<std::size_t>::max());
         using activation = typename format_traits<Block>::vec_dot_type;
-        const std::size_t needed = shape.columns * shape.blocks_per_row * activation_blocks_per_block<Block> * sizeof(activation);
+        const std::size_t needed = gemm_scratch_blocks<Block>(w.cols(), shape.columns) * sizeof(activation);
         scratch_.resize(std::max(scratch_.size(), needed));
         auto* quantized = reinterpret_cast<activation*>(scratch_.data());
         dispatch([&]<class Tag>(Tag) { detail::gemm_checked<Block, Tag>(w.blocks().data(), shape, x, y.data(), pool_, quantized); });

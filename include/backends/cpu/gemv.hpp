@@ -2,10 +2,13 @@
 // format, row-major rows of blocks) and float activations, rows split across a CPU thread pool:
 // the CPU backend's threaded driver over the single-threaded kernels/dot.hpp.
 // The activations are quantized once to the format's activation blocks; each output value is one
-// qk::dot kernel call, so results equal a loop of qk::dot over the rows bit for bit.
+// dot kernel call on the tag: qk::dot's, so results equal a loop of qk::dot over the rows bit for
+// bit, except for MXFP4 and IQ4_NL rows of 32 blocks or more on avx512vbmi, whose kernel reads the
+// activations laid out once per call (kernels::split_q8_0) and sums in another order.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
@@ -16,18 +19,50 @@
 #include "../../kernels/arch.hpp"
 #include "../../kernels/dispatch.hpp"
 #include "../../kernels/dot.hpp"
+#include "../../kernels/dot/split_q8_0.hpp"
 #include "../../kernels/error.hpp"
 #include "../../kernels/formats.hpp"
 #include "../../kernels/quantize.hpp"
 #include "thread_pool.hpp"
 
 namespace qk {
+namespace detail {
+
+// Whether rows of Block laid out as blocks_per_row blocks take the split kernels on a tag that has
+// them: from two steps on, where they overtake the octet kernels (on one step, the sum of their
+// vector costs more than the layout saves).
+template <class Block>
+[[nodiscard]] constexpr bool splits_activations(std::size_t blocks_per_row) noexcept
+{
+    return (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>) &&
+           blocks_per_row >= 2 * kernels::split_q8_0_detail::step_blocks;
+}
+
+template <class Block, class Arch>
+inline constexpr bool has_split_kernels = QK_HAS_X86_KERNELS && std::is_base_of_v<arch::avx512vbmi, Arch> &&
+                                          (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>);
+
+// Scratch blocks past the quantized activations that hold their split layouts (any tag may run:
+// the size cannot depend on it), with room to align them to 64 bytes.
+template <class Block>
+[[nodiscard]] constexpr std::size_t split_scratch_blocks(std::size_t blocks_per_row, std::size_t columns) noexcept
+{
+    if (!splits_activations<Block>(blocks_per_row)) {
+        return 0;
+    }
+    constexpr std::size_t block_bytes = sizeof(block_q8_0);
+    return (columns * kernels::split_q8_0::bytes_for(blocks_per_row) + 63 + block_bytes - 1) / block_bytes;
+}
+
+} // namespace detail
 
 // Blocks of scratch that gemv/gemm need for `columns` activation vectors of `cols` values.
 template <weight_format Block>
 [[nodiscard]] constexpr std::size_t gemm_scratch_blocks(std::size_t cols, std::size_t columns = 1) noexcept
 {
-    return cols / format_traits<typename format_traits<Block>::vec_dot_type>::block_size * columns;
+    const std::size_t blocks_per_row = cols / format_traits<Block>::block_size;
+    return cols / format_traits<typename format_traits<Block>::vec_dot_type>::block_size * columns +
+           detail::split_scratch_blocks<Block>(blocks_per_row, columns);
 }
 
 namespace detail {
@@ -86,12 +121,15 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
         fail(function, '<', name, ">: y has ", y_values, " values but columns ", columns, " x rows ", rows, " make ",
              needed(columns, rows));
     }
-    // columns * cols fits (x has that size), so this smaller product does too.
-    const std::size_t scratch_needed = columns * blocks_per_row * activation_blocks_per_block<Block>;
-    if (scratch_blocks < scratch_needed) {
+    // columns * cols fits (x has that size), so this smaller product does too, and so does the
+    // split layout (40 bytes per 32 values, where x takes 128).
+    const std::size_t quantized = columns * blocks_per_row * activation_blocks_per_block<Block>;
+    const std::size_t split = split_scratch_blocks<Block>(blocks_per_row, columns);
+    if (scratch_blocks < quantized + split) {
+        const std::string laid_out = split == 0 ? std::string() : " and " + std::to_string(split) + " more to lay them out";
         fail(function, '<', name, ">: scratch has ", scratch_blocks, ' ', format_traits<activation>::name, " blocks but x needs ",
-             scratch_needed, is_gemv ? " (cols " : " (columns x cols ", is_gemv ? cols : columns * cols, " / ",
-             format_traits<activation>::block_size, ')');
+             quantized + split, is_gemv ? " (cols " : " (columns x cols ", is_gemv ? cols : columns * cols, " / ",
+             format_traits<activation>::block_size, laid_out, ')');
     }
     return {rows, columns, blocks_per_row};
 }
@@ -106,8 +144,46 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // slower than none on packed tiles and on plain rows in huge pages; in 4 KiB pages too, but for
 // IQ4_XS rows (0.80 with, 0.77 without: within the noise); prefetcht0 helped only Q8_0 rows, by
 // less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and 70-75% with it.
-// (Prefetches did help packed tiles while their scales were a second stream.)
+// (Prefetches did help packed tiles while their scales were a second stream.) The split kernels
+// of MXFP4 and IQ4_NL rows, which read a row at nearly twice the octet kernels' pace, are the
+// exception: they prefetch (kernels/dot/avx512vbmi.hpp says by how much it pays).
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
+
+// Calls row_range(begin, end) on the pool for the rows in those chunks.
+template <class Task>
+void run_row_chunks(std::size_t rows, backend::cpu::thread_pool& pool, Task&& row_range)
+{
+    const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
+    const std::size_t rows_per_task = (rows + chunks - 1) / chunks;
+    const std::size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+    pool.run(tasks, [&](std::size_t task) {
+        const std::size_t begin = task * rows_per_task;
+        row_range(begin, begin + rows_per_task < rows ? begin + rows_per_task : rows);
+    });
+}
+
+// The rows on the split kernels: each column's quantized activations laid out once, after all of
+// them in scratch, 64-byte aligned.
+template <class Block, class Arch>
+void gemm_split(const Block* w, const gemm_shape& shape, float* y, backend::cpu::thread_pool& pool, block_q8_0* scratch)
+{
+    const std::size_t blocks = shape.blocks_per_row;
+    const std::size_t split_bytes = kernels::split_q8_0::bytes_for(blocks);
+    auto* quantized_end = reinterpret_cast<std::byte*>(scratch + shape.columns * blocks);
+    std::byte* split = quantized_end + (64 - reinterpret_cast<std::uintptr_t>(quantized_end) % 64) % 64;
+    for (std::size_t c = 0; c < shape.columns; ++c) {
+        kernels::split_q8_0::lay_out(std::span<const block_q8_0>(scratch + c * blocks, blocks), split + c * split_bytes);
+    }
+    run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t r = begin; r < end; ++r) {
+            const Block* row = w + r * blocks;
+            for (std::size_t c = 0; c < shape.columns; ++c) {
+                const kernels::split_q8_0 activations{scratch + c * blocks, split + c * split_bytes};
+                y[c * shape.rows + r] = kernels::dot<Arch>(row, activations, blocks, Arch{});
+            }
+        }
+    });
+}
 
 template <class Block, class Arch>
 void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, float* y, backend::cpu::thread_pool& pool,
@@ -124,12 +200,13 @@ void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, 
     if (shape.rows == 0) {
         return;
     }
-    const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
-    const std::size_t rows_per_task = (shape.rows + chunks - 1) / chunks;
-    const std::size_t tasks = (shape.rows + rows_per_task - 1) / rows_per_task;
-    pool.run(tasks, [&](std::size_t task) {
-        const std::size_t begin = task * rows_per_task;
-        const std::size_t end = begin + rows_per_task < shape.rows ? begin + rows_per_task : shape.rows;
+    if constexpr (has_split_kernels<Block, Arch>) {
+        if (splits_activations<Block>(shape.blocks_per_row)) {
+            gemm_split<Block, Arch>(w, shape, y, pool, scratch);
+            return;
+        }
+    }
+    run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
         for (std::size_t r = begin; r < end; ++r) {
             // The row stays in L1 while every column uses it: weights are read from memory once.
             const Block* row = w + r * shape.blocks_per_row;
@@ -176,7 +253,7 @@ void gemm(std::span<const Block> w, std::size_t rows, std::size_t cols, std::siz
 try {
     const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemm, w.size(), rows, cols, columns, x.size(), y.size(),
                                                  std::numeric_limits<std::size_t>::max());
-    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.columns * shape.blocks_per_row * activation_blocks_per_block<Block>);
+    std::vector<typename format_traits<Block>::vec_dot_type> scratch(gemm_scratch_blocks<Block>(cols, shape.columns));
     detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
 } catch (...) {
     qk::detail::rethrow_as_error("qk::gemm");
@@ -199,7 +276,7 @@ void gemv(std::span<const Block> w, std::size_t rows, std::size_t cols, std::spa
 try {
     const auto shape = detail::check_gemm<Block>(detail::gemm_entry::gemv, w.size(), rows, cols, 1, x.size(), y.size(),
                                                  std::numeric_limits<std::size_t>::max());
-    std::vector<typename format_traits<Block>::vec_dot_type> scratch(shape.blocks_per_row * activation_blocks_per_block<Block>);
+    std::vector<typename format_traits<Block>::vec_dot_type> scratch(gemm_scratch_blocks<Block>(cols));
     detail::gemm_checked<Block, Arch>(w.data(), shape, x, y.data(), pool, scratch.data());
 } catch (...) {
     qk::detail::rethrow_as_error("qk::gemv");

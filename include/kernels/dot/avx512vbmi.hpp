@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "../arch.hpp"
 #include "../e8m0.hpp"
@@ -15,6 +16,7 @@
 #include "avx2.hpp"
 #include "avx512bw.hpp"
 #include "avx512vnni.hpp"
+#include "split_q8_0.hpp"
 
 #if QK_HAS_X86_KERNELS
 #include <immintrin.h>
@@ -72,6 +74,242 @@ QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bi
 {
     const __m512i biased = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(codes, table), a);
     return _mm512_sub_epi32(biased, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a));
+}
+
+// Mat-vec's kernels for MXFP4 and IQ4_NL rows (kernels::split_q8_0) take sixteen blocks per
+// step, four per register: register j (0-3) holds blocks 4j to 4j + 3, one per 128-bit lane, the
+// first 16 values of each block (the codes' low nibbles) in one register and the last 16 (the
+// high nibbles, after one 64-bit shift) in another. One vpermt2b gathers four blocks' codes for
+// both halves, and the sums reduce to one int32 per block in three unpack levels: sixteen exact
+// block sums that one conversion and one FMA scale. The activations come laid out to match, once
+// per mat-vec, with each block's code sum (for the bias) and its scale as a float, so each row
+// reads them with aligned loads. The octet kernels below instead take each group of codes twice
+// (vpermt2w, a 64-bit shift per pair), the activations with a 32-byte insert per pair and the
+// bias with a second vpdpbusd. On Zen 5, where vpermb, vpermt2b and the unpacks issue two per
+// cycle, the split form reads rows from cache about 1.4x as fast; laying the activations out in
+// the kernel instead (four loads and two vpermt2b per register) made it slower than the octet
+// kernels, so qk::dot keeps those.
+using split_q8_0_detail::lane_block;
+using split_q8_0_detail::step_blocks;
+using split_q8_0_detail::sum_block;
+
+// A step's weights are read as five 64-byte chunks in address order: at 0, 64, 128, 192 and the
+// last ending with the step (at 192 it would read past the row). Register j's four blocks lie in
+// chunks j and j + 1. In order and line by line matters: reading the two halves of the step side
+// by side (as the layout of two blocks per half-register would) ran 25% slower from memory
+// (Zen 5, one thread), the hardware prefetchers seeing two interleaved streams.
+inline constexpr std::size_t step_chunks = 5;
+
+template <class Block>
+constexpr std::size_t chunk_start(std::size_t c) noexcept
+{
+    return c < 4 ? 64 * c : step_blocks * sizeof(Block) - 64;
+}
+
+// Where a block's 16 code bytes begin: after IQ4_NL's fp16 scale, after MXFP4's E8M0 byte.
+template <class Block>
+inline constexpr std::size_t codes_offset = std::is_same_v<Block, block_iq4_nl> ? 2 : 1;
+
+// Byte `byte` of the step as an index into the 128-byte table of chunks first and first + 1,
+// or 128 where it is in neither.
+template <class Block>
+constexpr std::size_t chunk_pair_index(std::size_t first, std::size_t byte) noexcept
+{
+    if (byte >= chunk_start<Block>(first) && byte < chunk_start<Block>(first) + 64) {
+        return byte - chunk_start<Block>(first);
+    }
+    if (byte >= chunk_start<Block>(first + 1) && byte < chunk_start<Block>(first + 1) + 64) {
+        return 64 + byte - chunk_start<Block>(first + 1);
+    }
+    return 128;
+}
+
+// vpermt2b indices: register j's four blocks' codes, from chunks j and j + 1.
+template <class Block>
+alignas(64) inline constexpr std::array<std::array<std::uint8_t, 64>, 4> code_index = [] {
+    std::array<std::array<std::uint8_t, 64>, 4> index{};
+    for (std::size_t j = 0; j < 4; ++j) {
+        for (std::size_t i = 0; i < 64; ++i) {
+            const std::size_t byte = lane_block(j, i / 16) * sizeof(Block) + codes_offset<Block> + i % 16;
+            index[j][i] = static_cast<std::uint8_t>(chunk_pair_index<Block>(j, byte));
+        }
+    }
+    return index;
+}();
+
+template <class Block>
+constexpr bool codes_within_chunks() noexcept
+{
+    for (const auto& index : code_index<Block>) {
+        for (const std::uint8_t i : index) {
+            if (i >= 128) {
+                return false;
+            }
+        }
+    }
+    return chunk_start<Block>(4) >= chunk_start<Block>(3); // still in address order
+}
+static_assert(codes_within_chunks<block_iq4_nl>() && codes_within_chunks<block_mxfp4>());
+
+// The scale gathers: sum_block order asks for every block in each half-vector, so the scales
+// of blocks 0-7 come from chunks 0 and 1, those of 8-15 from chunks 2 and 3 (IQ4_NL's block
+// 15, at byte 270, from chunk 4), blended. Per source pair: indices, and which lanes take it.
+struct scale_gather {
+    std::array<std::uint16_t, 32> words;  // IQ4_NL: vpermt2w indices, word i for block sum_block(i)
+    std::array<std::uint8_t, 64> bytes;   // MXFP4: vpermt2b indices and pass-through (below)
+    std::uint32_t lanes;                  // lanes i whose block this pair holds
+};
+
+template <class Block>
+constexpr std::array<scale_gather, 3> scale_gathers() noexcept
+{
+    std::array<scale_gather, 3> gathers{};
+    constexpr std::size_t firsts[3] = {0, 2, 3};
+    for (std::size_t g = 0; g < 3; ++g) {
+        for (std::size_t i = 0; i < step_blocks; ++i) {
+            const std::size_t byte = sum_block(i) * sizeof(Block);
+            const std::size_t index = chunk_pair_index<Block>(firsts[g], byte);
+            // The first pair that holds the block (and both bytes of an fp16 scale) takes it.
+            bool taken = false;
+            for (std::size_t earlier = 0; earlier < g; ++earlier) {
+                taken = taken || ((gathers[earlier].lanes >> i) & 1) != 0;
+            }
+            const bool whole = index < 128 && (sizeof(Block) % 2 != 0 || chunk_pair_index<Block>(firsts[g], byte + 1) == index + 1);
+            if (!taken && whole) {
+                gathers[g].lanes |= std::uint32_t{1} << i;
+                gathers[g].words[i] = static_cast<std::uint16_t>(index / 2);
+                gathers[g].bytes[4 * i] = static_cast<std::uint8_t>(index);
+            }
+            // 0x4b in each int32 lane's high byte: the masked vpermt2b replaces the low byte only,
+            // leaving the float 2^23 + e.
+            gathers[g].bytes[4 * i + 3] = 0x4b;
+        }
+    }
+    return gathers;
+}
+
+alignas(64) inline constexpr std::array<scale_gather, 3> iq4_nl_scales = scale_gathers<block_iq4_nl>();
+alignas(64) inline constexpr std::array<scale_gather, 3> mxfp4_exponents = scale_gathers<block_mxfp4>();
+// Every block's scale is gathered once; MXFP4's from the first two pairs alone.
+static_assert((iq4_nl_scales[0].lanes | iq4_nl_scales[1].lanes | iq4_nl_scales[2].lanes) == 0xffff &&
+              iq4_nl_scales[0].lanes + iq4_nl_scales[1].lanes + iq4_nl_scales[2].lanes == 0xffff);
+static_assert((mxfp4_exponents[0].lanes | mxfp4_exponents[1].lanes) == 0xffff && mxfp4_exponents[2].lanes == 0 &&
+              (mxfp4_exponents[0].lanes & mxfp4_exponents[1].lanes) == 0);
+
+// The four int32 sums of each 128-bit lane of r[0..3] added up: lane i of the result is the sum
+// over lane i / 4 of r[i % 4], that is of block sum_block(i). Exact: every sum is an integer.
+template <class Arch>
+QK_AVX512VBMI_INLINE __m512i block_sums(const __m512i (&r)[4]) noexcept
+{
+    const __m512i r01 = _mm512_add_epi32(_mm512_unpacklo_epi32(r[0], r[1]), _mm512_unpackhi_epi32(r[0], r[1]));
+    const __m512i r23 = _mm512_add_epi32(_mm512_unpacklo_epi32(r[2], r[3]), _mm512_unpackhi_epi32(r[2], r[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(r01, r23), _mm512_unpackhi_epi64(r01, r23));
+}
+
+
+// The activations of one step, from a split_q8_0 layout.
+struct split_step_source {
+    const std::byte* step;
+};
+
+template <class Arch, class Block>
+QK_AVX512VBMI_INLINE __m512i step_sums(const __m512i (&chunks)[step_chunks], __m512i table, int bias, split_step_source source,
+                                       const __m512i (&code_index)[4]) noexcept
+{
+    __m512i r[4];
+#pragma GCC unroll 4
+    for (std::size_t j = 0; j < 4; ++j) {
+        const __m512i low = _mm512_loadu_si512(source.step + 128 * j);
+        const __m512i high = _mm512_loadu_si512(source.step + 128 * j + 64);
+        const __m512i codes = _mm512_permutex2var_epi8(chunks[j], code_index[j], chunks[j + 1]);
+        r[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(codes, table), low),
+                                   _mm512_permutexvar_epi8(_mm512_srli_epi64(codes, 4), table), high);
+    }
+    const __m512i sums = _mm512_loadu_si512(source.step + 512);
+    return _mm512_sub_epi32(block_sums<Arch>(r), _mm512_mullo_epi32(sums, _mm512_set1_epi32(bias)));
+}
+
+template <class Arch>
+QK_AVX512VBMI_INLINE __m512 step_activation_scales(split_step_source source) noexcept
+{
+    return _mm512_loadu_ps(source.step + 576);
+}
+
+template <class Arch>
+QK_AVX512VBMI_INLINE split_step_source advance(split_step_source source) noexcept
+{
+    return {source.step + split_q8_0::step_bytes};
+}
+
+// Loads a step's chunks, in address order, kept in registers.
+template <class Arch, class Block>
+QK_AVX512VBMI_INLINE void load_weight_chunks(const char* w, __m512i (&chunks)[step_chunks]) noexcept
+{
+#pragma GCC unroll 5
+    for (std::size_t c = 0; c < step_chunks; ++c) {
+        chunks[c] = _mm512_loadu_si512(w + chunk_start<Block>(c));
+        __asm__("" : "+v"(chunks[c]));
+    }
+}
+
+// The weight scales of a step times the activation scales d_a, in sum_block order: IQ4_NL's fp16
+// scales gathered and converted, their product rounded once.
+template <class Arch>
+QK_AVX512VBMI_INLINE __m512 step_scales(const block_iq4_nl*, const __m512i (&chunks)[step_chunks], __m512 activation_scales) noexcept
+{
+    const auto& g = iq4_nl_scales;
+    const __m512i first = _mm512_permutex2var_epi16(chunks[0], _mm512_load_si512(g[0].words.data()), chunks[1]);
+    const __m512i second = _mm512_permutex2var_epi16(chunks[2], _mm512_load_si512(g[1].words.data()), chunks[3]);
+    const __m512i third = _mm512_permutex2var_epi16(chunks[3], _mm512_load_si512(g[2].words.data()), chunks[4]);
+    const __m512i words = _mm512_mask_blend_epi16(g[2].lanes, _mm512_mask_blend_epi16(g[1].lanes, first, second), third);
+    return _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(words)), activation_scales);
+}
+
+// MXFP4's: e8m0_half(e) * d_a = d_a * 2^(e - 128), one vscalefps, exactly the reference's product
+// (a product by a power of two rounds only where the result is subnormal or overflows, and
+// vscalefps rounds it the same way). e - 128 as a float costs one subtraction from 2^23 + e.
+template <class Arch>
+QK_AVX512VBMI_INLINE __m512 step_scales(const block_mxfp4*, const __m512i (&chunks)[step_chunks], __m512 activation_scales) noexcept
+{
+    const auto& g = mxfp4_exponents;
+    constexpr __mmask64 low_bytes = 0x1111111111111111ull;
+    const __m512i first = _mm512_mask2_permutex2var_epi8(chunks[0], _mm512_load_si512(g[0].bytes.data()), low_bytes, chunks[1]);
+    const __m512i second = _mm512_mask2_permutex2var_epi8(chunks[2], _mm512_load_si512(g[1].bytes.data()), low_bytes, chunks[3]);
+    const __m512 biased = _mm512_castsi512_ps(_mm512_mask_blend_epi32(static_cast<__mmask16>(g[1].lanes), first, second));
+    return _mm512_scalef_ps(activation_scales, _mm512_sub_ps(biased, _mm512_set1_ps(0x1p23f + 128.0f)));
+}
+
+// How far ahead of a step its rows are prefetched, into L1. Unlike the packed tiles' and the octet
+// kernels' rows (gemv.hpp), these gain from it: on Zen 5, 14336 x 4096 from memory, the mat-vec
+// ran at 0.68-0.97 of the streaming read without, 0.83-0.99 with 8 KiB, the same or better in
+// each of three runs at one thread and two (12 and 16 KiB: no better; prefetcht1 4 KiB: worse).
+// A prefetch past the end of the row, or of the matrix, does nothing but fetch a line.
+inline constexpr std::size_t step_prefetch_distance = 8192;
+
+// The whole steps of a dot product of MXFP4 or IQ4_NL weights (biased table `values`, bias
+// `bias`) with activations from `source`, summed into one float vector: one FMA per step.
+template <class Arch, class Block, class Source>
+QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, Source source, std::size_t steps, const std::array<std::uint8_t, 64>& values,
+                                      int bias) noexcept
+{
+    const __m512i table = _mm512_load_si512(values.data());
+    const __m512i code_index[4] = {
+        _mm512_load_si512(avx512vbmi_detail::code_index<Block>[0].data()), _mm512_load_si512(avx512vbmi_detail::code_index<Block>[1].data()),
+        _mm512_load_si512(avx512vbmi_detail::code_index<Block>[2].data()), _mm512_load_si512(avx512vbmi_detail::code_index<Block>[3].data())};
+    __m512 acc = _mm512_setzero_ps();
+    for (std::size_t s = 0; s < steps; ++s, source = advance<Arch>(source)) {
+        const Block* step = w + s * step_blocks;
+        const char* bytes = reinterpret_cast<const char*>(step);
+        __m512i chunks[step_chunks];
+#pragma GCC unroll 5
+        for (std::size_t line = 0; line < step_chunks; ++line) {
+            _mm_prefetch(bytes + step_prefetch_distance + 64 * line, _MM_HINT_T0);
+        }
+        load_weight_chunks<Arch, Block>(bytes, chunks);
+        const __m512i sums = step_sums<Arch, Block>(chunks, table, bias, source, code_index);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), step_scales<Arch>(step, chunks, step_activation_scales<Arch>(source)), acc);
+    }
+    return acc;
 }
 
 // MXFP4's eight blocks (136 bytes: 17-byte blocks, an E8M0 exponent then 16 code bytes) are read
@@ -227,6 +465,30 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
     // The last 0-7 blocks: the AVX2 kernel (every AVX-512 CPU runs it).
     const float sum = k::reduce_ps<Arch>(_mm512_add_ps(acc0, acc1)) + dot<Arch>(w + full, a + full, blocks - full, arch::avx2{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
+}
+
+// MXFP4 and IQ4_NL rows against activations laid out by split_q8_0, mat-vec's path: the products
+// of the kernels above, summed in another order (equal up to float rounding).
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_q8_0 a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace v = avx512vbmi_detail;
+    const std::size_t full = blocks - blocks % v::step_blocks;
+    const __m512 acc = v::dot_steps<Arch>(w, v::split_step_source{a.steps}, full / v::step_blocks, v::mxfp4_biased, v::mxfp4_bias);
+    // The last 0-15 blocks: the octet kernel.
+    const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
+}
+
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_q8_0 a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace v = avx512vbmi_detail;
+    const std::size_t full = blocks - blocks % v::step_blocks;
+    const __m512 acc = v::dot_steps<Arch>(w, v::split_step_source{a.steps}, full / v::step_blocks, v::iq4_biased, v::iq4_bias);
+    // The last 0-15 blocks: the octet kernel.
+    const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
 
 // IQ4_XS against Q8_K as on avx512vnni (the sign trick: vpmaddubsw's int16 pair sums feed
