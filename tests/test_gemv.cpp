@@ -66,16 +66,16 @@ std::vector<float> dot_per_row(std::span<const Block> w, std::size_t rows, std::
     const std::size_t blocks_per_row = cols / qk::format_traits<Block>::block_size;
     std::vector<float> y(rows);
 #if QK_HAS_X86_KERNELS
-    // MXFP4 and IQ4_NL rows of two steps or more on avx512vbmi: the split kernel, on the
+    // MXFP4, IQ4_NL and NVFP4 rows of 1024 values or more on avx512vbmi: the split kernel, on the
     // activations as split_q8_0 lays them out (tests/arch checks it against the reference).
-    if constexpr (std::is_base_of_v<qk::arch::avx512vbmi, Arch> &&
-                  (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_iq4_nl>)) {
-        if (blocks_per_row >= 32) {
-            std::vector<std::byte> split(qk::kernels::split_q8_0::bytes_for(blocks_per_row));
-            qk::kernels::split_q8_0::lay_out(a, split.data());
+    if constexpr (std::is_base_of_v<qk::arch::avx512vbmi, Arch> && (std::is_same_v<Block, qk::block_mxfp4> ||
+                                                                    std::is_same_v<Block, qk::block_iq4_nl> || std::is_same_v<Block, qk::block_nvfp4>)) {
+        if (cols >= 1024) {
+            using split = qk::kernels::split_q8_0<Block>;
+            std::vector<std::byte> laid_out(split::bytes_for(blocks_per_row));
+            split::lay_out(a, laid_out.data());
             for (std::size_t r = 0; r < rows; ++r) {
-                y[r] = qk::kernels::dot<Arch>(w.data() + r * blocks_per_row, qk::kernels::split_q8_0{a.data(), split.data()},
-                                              blocks_per_row, Arch{});
+                y[r] = qk::kernels::dot<Arch>(w.data() + r * blocks_per_row, split{a.data(), laid_out.data()}, blocks_per_row, Arch{});
             }
             return y;
         }

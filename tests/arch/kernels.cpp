@@ -73,26 +73,29 @@ double magnitude(std::span<const Block> w, std::span<const Activation> a)
     return sum;
 }
 
-// Mat-vec's kernels for MXFP4 and IQ4_NL rows on avx512vbmi (and its children), on activations
+// Mat-vec's kernels for MXFP4, IQ4_NL and NVFP4 rows on avx512vbmi (and its children), on activations
 // laid out by split_q8_0: checked as qk::dot is, at every length and placement.
 template <class Block>
 constexpr bool has_split_kernel = QK_HAS_X86_KERNELS && std::is_base_of_v<qk::arch::avx512vbmi, tag> &&
-                                  (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_iq4_nl>);
+                                  (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_iq4_nl> ||
+                                   std::is_same_v<Block, qk::block_nvfp4>);
 
 // The split kernel's result, its layout `offset` bytes past a 64-byte boundary.
 template <class Block>
 float split_dot(std::span<const Block> w, std::span<const qk::block_q8_0> a, std::size_t offset)
 {
-    std::vector<std::byte> storage(qk::kernels::split_q8_0::bytes_for(a.size()) + 64 + offset);
-    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
-    std::byte* layout = storage.data() + (64 - address % 64) % 64 + offset;
-    qk::kernels::split_q8_0::lay_out(a, layout);
 #if QK_HAS_X86_KERNELS
     if constexpr (has_split_kernel<Block>) {
-        return qk::kernels::dot<tag>(w.data(), qk::kernels::split_q8_0{a.data(), layout}, w.size(), tag{});
+        using split = qk::kernels::split_q8_0<Block>;
+        std::vector<std::byte> storage(split::bytes_for(w.size()) + 64 + offset);
+        const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+        std::byte* layout = storage.data() + (64 - address % 64) % 64 + offset;
+        split::lay_out(a, layout);
+        return qk::kernels::dot<tag>(w.data(), split{a.data(), layout}, w.size(), tag{});
     }
+    (void)w, (void)a, (void)offset;
 #else
-    (void)w;
+    (void)w, (void)a, (void)offset;
 #endif
     // No split kernel on this tag: callers do not ask for it.
     FAIL("split_dot on a tag without split kernels");
@@ -455,11 +458,12 @@ TEST_CASE("MXFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every E8M0 exponent a
 
 TEST_CASE("NVFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every UE4M3 byte at every sub-block as the reference does")
 {
-    // Rows of four blocks (one group of the AVX-512 kernels), seven (a group and an odd tail) and
-    // one; sub-block s of block j has scale byte (first + 4j + s) % 256, so every byte meets every
-    // sub-block position: subnormals, 0 and 0x7F (which decode to 0), bit 7 set (0xFF is 240).
-    // Every scale is finite and at most 240, so every row is finite.
-    for (const std::size_t n : {std::size_t{4}, std::size_t{7}, std::size_t{1}}) {
+    // Rows of four blocks (one group of the AVX-512 kernels, one step of the split kernel), seven
+    // (a group and an odd tail), one, and nine (two steps and a tail); sub-block s of block j has
+    // scale byte (first + 4j + s) % 256, so every byte meets every sub-block position: subnormals,
+    // 0 and 0x7F (which decode to 0), bit 7 set (0xFF is 240). Every scale is finite and at most
+    // 240, so every row is finite.
+    for (const std::size_t n : {std::size_t{4}, std::size_t{7}, std::size_t{1}, std::size_t{9}}) {
         for (unsigned first = 0; first < 256; ++first) {
             auto w = qk_inputs::random_blocks<qk::block_nvfp4>(n, 2500 + first);
             const auto a = qk_inputs::random_blocks<qk::block_q8_0>(2 * n, 2900 + first);
@@ -494,6 +498,11 @@ TEST_CASE("NVFP4 dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every UE4M3 byte at e
             CAPTURE(simd);
             REQUIRE(std::isfinite(reference));
             CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+            if constexpr (has_split_kernel<qk::block_nvfp4>) {
+                const float split = split_dot<qk::block_nvfp4>(w, a, 0);
+                CAPTURE(split);
+                CHECK(std::fabs(static_cast<double>(split) - reference) <= tolerance);
+            }
         }
     }
 }

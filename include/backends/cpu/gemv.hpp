@@ -3,8 +3,8 @@
 // the CPU backend's threaded driver over the single-threaded kernels/dot.hpp.
 // The activations are quantized once to the format's activation blocks; each output value is one
 // dot kernel call on the tag: qk::dot's, so results equal a loop of qk::dot over the rows bit for
-// bit, except for MXFP4 and IQ4_NL rows of 32 blocks or more on avx512vbmi, whose kernel reads the
-// activations laid out once per call (kernels::split_q8_0) and sums in another order.
+// bit, except for MXFP4, IQ4_NL and NVFP4 rows of 1024 values or more on avx512vbmi, whose kernels
+// read the activations laid out once per call (kernels::split_q8_0) and sum in another order.
 #pragma once
 
 #include <cstddef>
@@ -28,30 +28,35 @@
 namespace qk {
 namespace detail {
 
-// Whether rows of Block laid out as blocks_per_row blocks take the split kernels on a tag that has
-// them: from two steps on, where they overtake the octet kernels (on one step, the sum of their
-// vector costs more than the layout saves).
+// The formats with split kernels (kernels::split_q8_0) on avx512vbmi.
+template <class Block>
+inline constexpr bool has_split_layout =
+    std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4>;
+
+// Whether rows of blocks_per_row blocks take the split kernels on a tag that has them: rows of
+// 1024 values or more, where they overtake the other kernels (on a step or two, the per-row sum
+// of their vector costs more than the layout saves).
 template <class Block>
 [[nodiscard]] constexpr bool splits_activations(std::size_t blocks_per_row) noexcept
 {
-    return (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>) &&
-           blocks_per_row >= 2 * kernels::split_q8_0_detail::step_blocks;
+    return has_split_layout<Block> && blocks_per_row * format_traits<Block>::block_size >= 1024;
 }
 
 template <class Block, class Arch>
-inline constexpr bool has_split_kernels = QK_HAS_X86_KERNELS && std::is_base_of_v<arch::avx512vbmi, Arch> &&
-                                          (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>);
+inline constexpr bool has_split_kernels = QK_HAS_X86_KERNELS && std::is_base_of_v<arch::avx512vbmi, Arch> && has_split_layout<Block>;
 
 // Scratch blocks past the quantized activations that hold their split layouts (any tag may run:
 // the size cannot depend on it), with room to align them to 64 bytes.
 template <class Block>
 [[nodiscard]] constexpr std::size_t split_scratch_blocks(std::size_t blocks_per_row, std::size_t columns) noexcept
 {
-    if (!splits_activations<Block>(blocks_per_row)) {
-        return 0;
+    if constexpr (has_split_layout<Block>) {
+        if (splits_activations<Block>(blocks_per_row)) {
+            constexpr std::size_t block_bytes = sizeof(block_q8_0);
+            return (columns * kernels::split_q8_0<Block>::bytes_for(blocks_per_row) + 63 + block_bytes - 1) / block_bytes;
+        }
     }
-    constexpr std::size_t block_bytes = sizeof(block_q8_0);
-    return (columns * kernels::split_q8_0::bytes_for(blocks_per_row) + 63 + block_bytes - 1) / block_bytes;
+    return 0;
 }
 
 } // namespace detail
@@ -122,7 +127,7 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
              needed(columns, rows));
     }
     // columns * cols fits (x has that size), so this smaller product does too, and so does the
-    // split layout (40 bytes per 32 values, where x takes 128).
+    // split layout (at most 1.5 bytes per value, where x takes 4).
     const std::size_t quantized = columns * blocks_per_row * activation_blocks_per_block<Block>;
     const std::size_t split = split_scratch_blocks<Block>(blocks_per_row, columns);
     if (scratch_blocks < quantized + split) {
@@ -145,8 +150,8 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // IQ4_XS rows (0.80 with, 0.77 without: within the noise); prefetcht0 helped only Q8_0 rows, by
 // less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and 70-75% with it.
 // (Prefetches did help packed tiles while their scales were a second stream.) The split kernels
-// of MXFP4 and IQ4_NL rows, which read a row at nearly twice the octet kernels' pace, are the
-// exception: they prefetch (kernels/dot/avx512vbmi.hpp says by how much it pays).
+// of MXFP4, IQ4_NL and NVFP4 rows, which read a row at up to twice the other kernels' pace, are
+// the exception: they prefetch (kernels/dot/avx512vbmi.hpp says by how much it pays).
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
 // Calls row_range(begin, end) on the pool for the rows in those chunks.
@@ -167,18 +172,20 @@ void run_row_chunks(std::size_t rows, backend::cpu::thread_pool& pool, Task&& ro
 template <class Block, class Arch>
 void gemm_split(const Block* w, const gemm_shape& shape, float* y, backend::cpu::thread_pool& pool, block_q8_0* scratch)
 {
+    using split = kernels::split_q8_0<Block>;
     const std::size_t blocks = shape.blocks_per_row;
-    const std::size_t split_bytes = kernels::split_q8_0::bytes_for(blocks);
-    auto* quantized_end = reinterpret_cast<std::byte*>(scratch + shape.columns * blocks);
-    std::byte* split = quantized_end + (64 - reinterpret_cast<std::uintptr_t>(quantized_end) % 64) % 64;
+    const std::size_t activation_blocks = blocks * activation_blocks_per_block<Block>;
+    const std::size_t split_bytes = split::bytes_for(blocks);
+    auto* quantized_end = reinterpret_cast<std::byte*>(scratch + shape.columns * activation_blocks);
+    std::byte* laid_out = quantized_end + (64 - reinterpret_cast<std::uintptr_t>(quantized_end) % 64) % 64;
     for (std::size_t c = 0; c < shape.columns; ++c) {
-        kernels::split_q8_0::lay_out(std::span<const block_q8_0>(scratch + c * blocks, blocks), split + c * split_bytes);
+        split::lay_out(std::span<const block_q8_0>(scratch + c * activation_blocks, activation_blocks), laid_out + c * split_bytes);
     }
     run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
         for (std::size_t r = begin; r < end; ++r) {
             const Block* row = w + r * blocks;
             for (std::size_t c = 0; c < shape.columns; ++c) {
-                const kernels::split_q8_0 activations{scratch + c * blocks, split + c * split_bytes};
+                const split activations{scratch + c * activation_blocks, laid_out + c * split_bytes};
                 y[c * shape.rows + r] = kernels::dot<Arch>(row, activations, blocks, Arch{});
             }
         }

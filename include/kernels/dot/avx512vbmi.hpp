@@ -207,38 +207,23 @@ QK_AVX512VBMI_INLINE __m512i block_sums(const __m512i (&r)[4]) noexcept
 }
 
 
-// The activations of one step, from a split_q8_0 layout.
-struct split_step_source {
-    const std::byte* step;
-};
-
+// The exact block sums of one step against its activations (`activations`, the step's part of a
+// split_q8_0 layout), the bias taken off.
 template <class Arch, class Block>
-QK_AVX512VBMI_INLINE __m512i step_sums(const __m512i (&chunks)[step_chunks], __m512i table, int bias, split_step_source source,
+QK_AVX512VBMI_INLINE __m512i step_sums(const __m512i (&chunks)[step_chunks], __m512i table, int bias, const std::byte* activations,
                                        const __m512i (&code_index)[4]) noexcept
 {
     __m512i r[4];
 #pragma GCC unroll 4
     for (std::size_t j = 0; j < 4; ++j) {
-        const __m512i low = _mm512_loadu_si512(source.step + 128 * j);
-        const __m512i high = _mm512_loadu_si512(source.step + 128 * j + 64);
+        const __m512i low = _mm512_loadu_si512(activations + 128 * j);
+        const __m512i high = _mm512_loadu_si512(activations + 128 * j + 64);
         const __m512i codes = _mm512_permutex2var_epi8(chunks[j], code_index[j], chunks[j + 1]);
         r[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(codes, table), low),
                                    _mm512_permutexvar_epi8(_mm512_srli_epi64(codes, 4), table), high);
     }
-    const __m512i sums = _mm512_loadu_si512(source.step + 512);
+    const __m512i sums = _mm512_loadu_si512(activations + 512);
     return _mm512_sub_epi32(block_sums<Arch>(r), _mm512_mullo_epi32(sums, _mm512_set1_epi32(bias)));
-}
-
-template <class Arch>
-QK_AVX512VBMI_INLINE __m512 step_activation_scales(split_step_source source) noexcept
-{
-    return _mm512_loadu_ps(source.step + 576);
-}
-
-template <class Arch>
-QK_AVX512VBMI_INLINE split_step_source advance(split_step_source source) noexcept
-{
-    return {source.step + split_q8_0::step_bytes};
 }
 
 // Loads a step's chunks, in address order, kept in registers.
@@ -279,6 +264,62 @@ QK_AVX512VBMI_INLINE __m512 step_scales(const block_mxfp4*, const __m512i (&chun
     return _mm512_scalef_ps(activation_scales, _mm512_sub_ps(biased, _mm512_set1_ps(0x1p23f + 128.0f)));
 }
 
+// NVFP4's split kernel: four blocks (144 bytes) per step as three chunks in address order (at 0,
+// 64 and 80); register k's codes are blocks 2k and 2k + 1's 64 code bytes as they lie, gathered
+// from chunks k and k + 1, sub-block s of the pair in 64-bit lane s. Decoded through the biased
+// MXFP4 table, low nibbles against each sub-block's first 8 activations, high nibbles against its
+// last 8, the two registers' int32 pairs fold (vshufps, one add) into the sixteen sub-block sums.
+inline constexpr std::array<std::size_t, 3> nvfp4_chunk_start = {0, 64, 80};
+static_assert(nvfp4_chunk_start[2] + 64 == 4 * sizeof(block_nvfp4));
+
+// Byte `byte` of the step in the 128-byte table of chunks `first` and `first + 1`.
+constexpr std::size_t nvfp4_chunk_pair_index(std::size_t first, std::size_t byte) noexcept
+{
+    if (byte >= nvfp4_chunk_start[first] && byte < nvfp4_chunk_start[first] + 64) {
+        return byte - nvfp4_chunk_start[first];
+    }
+    if (byte >= nvfp4_chunk_start[first + 1] && byte < nvfp4_chunk_start[first + 1] + 64) {
+        return 64 + byte - nvfp4_chunk_start[first + 1];
+    }
+    return 128;
+}
+
+struct nvfp4_step_layout {
+    std::array<std::array<std::uint8_t, 64>, 2> codes; // vpermt2b indices, register k from chunks k, k + 1
+    std::array<std::uint8_t, 64> scales;                // vpermt2b indices from chunks 0, 1: sub-block
+                                                        // scale bytes in nvfp4_sum_subblock order
+};
+
+alignas(64) inline constexpr nvfp4_step_layout nvfp4_step = [] {
+    nvfp4_step_layout layout{};
+    for (std::size_t k = 0; k < 2; ++k) {
+        for (std::size_t i = 0; i < 64; ++i) {
+            const std::size_t block = 2 * k + i / 32;
+            layout.codes[k][i] = static_cast<std::uint8_t>(nvfp4_chunk_pair_index(k, block * sizeof(block_nvfp4) + 4 + i % 32));
+        }
+    }
+    for (std::size_t i = 0; i < 16; ++i) {
+        const std::size_t g = split_q8_0_detail::nvfp4_sum_subblock(i);
+        layout.scales[i] = static_cast<std::uint8_t>(nvfp4_chunk_pair_index(0, g / 4 * sizeof(block_nvfp4) + g % 4));
+    }
+    return layout;
+}();
+static_assert([] {
+    for (const auto& index : nvfp4_step.codes) {
+        for (const std::uint8_t i : index) {
+            if (i >= 128) {
+                return false;
+            }
+        }
+    }
+    for (std::size_t i = 0; i < 16; ++i) {
+        if (nvfp4_step.scales[i] >= 128) {
+            return false;
+        }
+    }
+    return true;
+}());
+
 // How far ahead of a step its rows are prefetched, into L1. Unlike the packed tiles' and the octet
 // kernels' rows (gemv.hpp), these gain from it: on Zen 5, 14336 x 4096 from memory, the mat-vec
 // ran at 0.68-0.97 of the streaming read without, 0.83-0.99 with 8 KiB, the same or better in
@@ -287,17 +328,17 @@ QK_AVX512VBMI_INLINE __m512 step_scales(const block_mxfp4*, const __m512i (&chun
 inline constexpr std::size_t step_prefetch_distance = 8192;
 
 // The whole steps of a dot product of MXFP4 or IQ4_NL weights (biased table `values`, bias
-// `bias`) with activations from `source`, summed into one float vector: one FMA per step.
-template <class Arch, class Block, class Source>
-QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, Source source, std::size_t steps, const std::array<std::uint8_t, 64>& values,
-                                      int bias) noexcept
+// `bias`) with activations laid out by split_q8_0, summed into one float vector: one FMA per step.
+template <class Arch, class Block>
+QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, const std::byte* activations, std::size_t steps,
+                                      const std::array<std::uint8_t, 64>& values, int bias) noexcept
 {
     const __m512i table = _mm512_load_si512(values.data());
     const __m512i code_index[4] = {
         _mm512_load_si512(avx512vbmi_detail::code_index<Block>[0].data()), _mm512_load_si512(avx512vbmi_detail::code_index<Block>[1].data()),
         _mm512_load_si512(avx512vbmi_detail::code_index<Block>[2].data()), _mm512_load_si512(avx512vbmi_detail::code_index<Block>[3].data())};
     __m512 acc = _mm512_setzero_ps();
-    for (std::size_t s = 0; s < steps; ++s, source = advance<Arch>(source)) {
+    for (std::size_t s = 0; s < steps; ++s, activations += split_q8_0<Block>::step_bytes) {
         const Block* step = w + s * step_blocks;
         const char* bytes = reinterpret_cast<const char*>(step);
         __m512i chunks[step_chunks];
@@ -306,8 +347,8 @@ QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, Source source, std::size_t
             _mm_prefetch(bytes + step_prefetch_distance + 64 * line, _MM_HINT_T0);
         }
         load_weight_chunks<Arch, Block>(bytes, chunks);
-        const __m512i sums = step_sums<Arch, Block>(chunks, table, bias, source, code_index);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), step_scales<Arch>(step, chunks, step_activation_scales<Arch>(source)), acc);
+        const __m512i sums = step_sums<Arch, Block>(chunks, table, bias, activations, code_index);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), step_scales<Arch>(step, chunks, _mm512_loadu_ps(activations + 576)), acc);
     }
     return acc;
 }
@@ -470,24 +511,73 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
 // MXFP4 and IQ4_NL rows against activations laid out by split_q8_0, mat-vec's path: the products
 // of the kernels above, summed in another order (equal up to float rounding).
 template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_q8_0 a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_q8_0<block_mxfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
 {
     namespace v = avx512vbmi_detail;
     const std::size_t full = blocks - blocks % v::step_blocks;
-    const __m512 acc = v::dot_steps<Arch>(w, v::split_step_source{a.steps}, full / v::step_blocks, v::mxfp4_biased, v::mxfp4_bias);
+    const __m512 acc = v::dot_steps<Arch>(w, a.steps, full / v::step_blocks, v::mxfp4_biased, v::mxfp4_bias);
     // The last 0-15 blocks: the octet kernel.
     const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
 
 template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_q8_0 a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_q8_0<block_iq4_nl> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
 {
     namespace v = avx512vbmi_detail;
     const std::size_t full = blocks - blocks % v::step_blocks;
-    const __m512 acc = v::dot_steps<Arch>(w, v::split_step_source{a.steps}, full / v::step_blocks, v::iq4_biased, v::iq4_bias);
+    const __m512 acc = v::dot_steps<Arch>(w, a.steps, full / v::step_blocks, v::iq4_biased, v::iq4_bias);
     // The last 0-15 blocks: the octet kernel.
     const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
+}
+
+// NVFP4 rows against activations laid out by split_q8_0, mat-vec's path: the products of the
+// avx512vnni kernel, summed in another order. The sub-block scales are the other kernels' exact
+// product (ue4m3_half16_div128 times the activation scale times 128), rounded once.
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_nvfp4* w, split_q8_0<block_nvfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace v = avx512vbmi_detail;
+    constexpr std::size_t step_blocks = split_q8_0<block_nvfp4>::step_blocks;
+    const __m512i table = _mm512_load_si512(v::mxfp4_biased.data());
+    const __m512i code_index[2] = {_mm512_load_si512(v::nvfp4_step.codes[0].data()), _mm512_load_si512(v::nvfp4_step.codes[1].data())};
+    const __m512i scale_index = _mm512_load_si512(v::nvfp4_step.scales.data());
+    const __m512i bias = _mm512_set1_epi32(v::mxfp4_bias);
+    const std::size_t full = blocks - blocks % step_blocks;
+    const std::byte* activations = a.steps;
+    __m512 acc = _mm512_setzero_ps();
+    for (std::size_t b = 0; b < full; b += step_blocks, activations += split_q8_0<block_nvfp4>::step_bytes) {
+        const char* bytes = reinterpret_cast<const char*>(w + b);
+#pragma GCC unroll 3
+        for (std::size_t line = 0; line < 3; ++line) {
+            _mm_prefetch(bytes + v::step_prefetch_distance + 64 * line, _MM_HINT_T0);
+        }
+        __m512i chunks[3];
+#pragma GCC unroll 3
+        for (std::size_t c = 0; c < 3; ++c) {
+            chunks[c] = _mm512_loadu_si512(bytes + v::nvfp4_chunk_start[c]);
+            __asm__("" : "+v"(chunks[c]));
+        }
+        __m512i r[2];
+#pragma GCC unroll 2
+        for (std::size_t k = 0; k < 2; ++k) {
+            const __m512i codes = _mm512_permutex2var_epi8(chunks[k], code_index[k], chunks[k + 1]);
+            const __m512i low = _mm512_loadu_si512(activations + 128 * k);
+            const __m512i high = _mm512_loadu_si512(activations + 128 * k + 64);
+            r[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(codes, table), low),
+                                       _mm512_permutexvar_epi8(_mm512_srli_epi64(codes, 4), table), high);
+        }
+        // Lane by lane: [r0 pair 0, r0 pair 1, r1 pair 0, r1 pair 1], each pair's two int32 added.
+        const __m512 r0 = _mm512_castsi512_ps(r[0]);
+        const __m512 r1 = _mm512_castsi512_ps(r[1]);
+        const __m512i folded = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(r0, r1, 0x88)), _mm512_castps_si512(_mm512_shuffle_ps(r0, r1, 0xdd)));
+        const __m512i sums = _mm512_sub_epi32(folded, _mm512_mullo_epi32(_mm512_loadu_si512(activations + 256), bias));
+        const __m512 ue = avx512_detail::ue4m3_half16_div128<Arch>(_mm512_castsi512_si128(_mm512_permutex2var_epi8(chunks[0], scale_index, chunks[1])));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(ue, _mm512_loadu_ps(activations + 320)), acc);
+    }
+    // The last 0-3 blocks: the avx512vnni kernel (which takes them to AVX2).
+    const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + 2 * full, blocks - full, arch::avx512vnni{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
 

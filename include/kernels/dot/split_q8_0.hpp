@@ -1,12 +1,13 @@
-// kernels::split_q8_0: a vector of Q8_0 activations laid out once for many rows, as the AVX-512
-// VBMI MXFP4 and IQ4_NL mat-vec kernels (dot/avx512vbmi.hpp) read it; the CPU backend's gemv
-// lays x out in its scratch. Plain code, on every architecture: only the kernels are x86.
+// kernels::split_q8_0<Block>: a vector of Q8_0 activations laid out once for many rows of Block
+// weights, as the AVX-512 VBMI mat-vec kernels of MXFP4, IQ4_NL and NVFP4 (dot/avx512vbmi.hpp)
+// read it; the CPU backend's gemv lays x out in its scratch. Plain code, on every architecture.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
 
 #include "../formats.hpp"
 #include "../fp16.hpp"
@@ -14,8 +15,8 @@
 namespace qk::kernels {
 namespace split_q8_0_detail {
 
-// Blocks per kernel step, four per register: register j (0-3) holds blocks 4j to 4j + 3, one
-// per 128-bit lane.
+// MXFP4 and IQ4_NL: sixteen blocks per kernel step, four per register: register j (0-3) holds
+// blocks 4j to 4j + 3, one per 128-bit lane.
 inline constexpr std::size_t step_blocks = 16;
 
 // The block whose values lie in 128-bit lane `lane` of register j.
@@ -30,46 +31,108 @@ constexpr std::size_t sum_block(std::size_t i) noexcept
     return lane_block(i % 4, i / 4);
 }
 
+// NVFP4: four blocks per step, sixteen sub-blocks of 16 values; register k (0-1) holds the codes
+// of blocks 2k and 2k + 1 as they lie (sub-block s of the pair in bytes 8s to 8s + 7), so the
+// values of sub-block s lie in its 64-bit lane s: the first 8 in one register, the last 8 in
+// another.
+inline constexpr std::size_t nvfp4_step_blocks = 4;
+
+// After the reduction (adjacent int32 pairs of both registers, 128-bit lane by lane), int32 lane i
+// holds the sum of the step's sub-block nvfp4_sum_subblock(i) (block s / 4, its sub-block s % 4).
+constexpr std::size_t nvfp4_sum_subblock(std::size_t i) noexcept
+{
+    return 8 * (i % 4 / 2) + 2 * (i / 4) + i % 2;
+}
+
 } // namespace split_q8_0_detail
 
-// A vector of Q8_0 activations laid out for the AVX-512 VBMI MXFP4 and IQ4_NL mat-vec kernels:
-// per step of 16 blocks, 640 bytes, best 64-byte aligned: registers j = 0-3 (64 bytes of low
-// halves, then 64 of high halves, lanes as lane_block), the 16 blocks' code sums (int32, in
-// sum_block order), their scales (float, likewise). Blocks past the last whole step are not laid
-// out: the kernels read those from `blocks`, which holds all of them.
+// The layout, per kernel step (bytes best 64-byte aligned):
+// - MXFP4 and IQ4_NL, 16 blocks, 640 bytes: registers j = 0-3 (64 bytes of low halves, then 64 of
+//   high halves, lanes as lane_block); the 16 blocks' code sums (int32, in sum_block order);
+//   their scales (float, likewise).
+// - NVFP4, 4 blocks (8 Q8_0 blocks), 384 bytes: registers k = 0-1 (64 bytes of each sub-block's
+//   first 8 values, then 64 of its last 8); the 16 sub-blocks' code sums (int32, in
+//   nvfp4_sum_subblock order); their Q8_0 scales times 128 (float, likewise: exact).
+// Blocks past the last whole step are not laid out: the kernels read those from `blocks`, the
+// Q8_0 blocks of the whole vector.
+template <class Block>
 struct split_q8_0 {
-    static constexpr std::size_t step_bytes = 640;
-    const block_q8_0* blocks;
-    const std::byte* steps; // (blocks / 16) * step_bytes bytes
+    static_assert(std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4>);
+    static constexpr bool nvfp4 = std::is_same_v<Block, block_nvfp4>;
+    // Weight blocks per step, and the bytes their activations take.
+    static constexpr std::size_t step_blocks = nvfp4 ? split_q8_0_detail::nvfp4_step_blocks : split_q8_0_detail::step_blocks;
+    static constexpr std::size_t step_bytes = nvfp4 ? 384 : 640;
 
-    [[nodiscard]] static constexpr std::size_t bytes_for(std::size_t blocks) noexcept
+    const block_q8_0* blocks;
+    const std::byte* steps; // bytes_for(weight blocks) bytes
+
+    // The layout's size for a row of `weight_blocks` blocks.
+    [[nodiscard]] static constexpr std::size_t bytes_for(std::size_t weight_blocks) noexcept
     {
-        return blocks / split_q8_0_detail::step_blocks * step_bytes;
+        return weight_blocks / step_blocks * step_bytes;
     }
 
-    // Writes a's layout to out (bytes_for(a.size()) bytes). Plain code: it runs once per vector.
+    // Writes the layout of a, the Q8_0 blocks of one vector, to out (bytes_for of the vector's
+    // weight blocks). Plain code: it runs once per vector.
     static void lay_out(std::span<const block_q8_0> a, std::byte* out) noexcept
     {
+        constexpr std::size_t per_step = nvfp4 ? 2 * step_blocks : step_blocks; // Q8_0 blocks
+        for (std::size_t s = 0; s + per_step <= a.size(); s += per_step, out += step_bytes) {
+            if constexpr (nvfp4) {
+                lay_out_nvfp4_step(a.data() + s, out);
+            } else {
+                lay_out_step(a.data() + s, out);
+            }
+        }
+    }
+
+private:
+    static void write_sum_and_scale(std::byte* out, std::size_t i, const std::int8_t* values, std::size_t count, float scale) noexcept
+    {
+        std::int32_t sum = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+            sum += values[k];
+        }
+        std::memcpy(out + 4 * i, &sum, 4);
+        std::memcpy(out + 64 + 4 * i, &scale, 4);
+    }
+
+    static void lay_out_step(const block_q8_0* step, std::byte* out) noexcept
+    {
         namespace v = split_q8_0_detail;
-        for (std::size_t s = 0; s + v::step_blocks <= a.size(); s += v::step_blocks, out += step_bytes) {
-            const block_q8_0* step = a.data() + s;
-            for (std::size_t j = 0; j < 4; ++j) {
-                for (std::size_t lane = 0; lane < 4; ++lane) {
-                    const auto& qs = step[v::lane_block(j, lane)].qs;
-                    std::memcpy(out + 128 * j + 16 * lane, qs.data(), 16);
-                    std::memcpy(out + 128 * j + 64 + 16 * lane, qs.data() + 16, 16);
-                }
+        for (std::size_t j = 0; j < 4; ++j) {
+            for (std::size_t lane = 0; lane < 4; ++lane) {
+                const auto& qs = step[v::lane_block(j, lane)].qs;
+                std::memcpy(out + 128 * j + 16 * lane, qs.data(), 16);
+                std::memcpy(out + 128 * j + 64 + 16 * lane, qs.data() + 16, 16);
             }
-            for (std::size_t i = 0; i < v::step_blocks; ++i) {
-                const block_q8_0& block = step[v::sum_block(i)];
-                std::int32_t sum = 0;
-                for (const std::int8_t q : block.qs) {
-                    sum += q;
-                }
-                const float scale = fp16_to_fp32(block.d);
-                std::memcpy(out + 512 + 4 * i, &sum, 4);
-                std::memcpy(out + 576 + 4 * i, &scale, 4);
+        }
+        for (std::size_t i = 0; i < v::step_blocks; ++i) {
+            const block_q8_0& block = step[v::sum_block(i)];
+            write_sum_and_scale(out + 512, i, block.qs.data(), 32, fp16_to_fp32(block.d));
+        }
+    }
+
+    // Sub-block g of the step (block g / 4, its sub-block g % 4): 16 values of Q8_0 block
+    // 2 (g / 4) + g % 4 / 2, from value 16 (g % 2).
+    static const std::int8_t* subblock_values(const block_q8_0* step, std::size_t g) noexcept
+    {
+        return step[2 * (g / 4) + g % 4 / 2].qs.data() + 16 * (g % 2);
+    }
+
+    static void lay_out_nvfp4_step(const block_q8_0* step, std::byte* out) noexcept
+    {
+        namespace v = split_q8_0_detail;
+        for (std::size_t k = 0; k < 2; ++k) {
+            for (std::size_t s = 0; s < 8; ++s) {
+                const std::int8_t* values = subblock_values(step, 8 * k + s);
+                std::memcpy(out + 128 * k + 8 * s, values, 8);
+                std::memcpy(out + 128 * k + 64 + 8 * s, values + 8, 8);
             }
+        }
+        for (std::size_t i = 0; i < 16; ++i) {
+            const std::size_t g = v::nvfp4_sum_subblock(i);
+            write_sum_and_scale(out + 256, i, subblock_values(step, g), 16, fp16_to_fp32(step[2 * (g / 4) + g % 4 / 2].d) * 128.0f);
         }
     }
 };
