@@ -66,12 +66,11 @@ std::vector<float> dot_per_row(std::span<const Block> w, std::size_t rows, std::
     const std::size_t blocks_per_row = cols / qk::format_traits<Block>::block_size;
     std::vector<float> y(rows);
 #if QK_HAS_X86_KERNELS
-    // MXFP4, IQ4_NL and NVFP4 rows of 1024 values or more on avx512vbmi: the split kernel, on the
-    // activations as split_q8_0 lays them out (tests/arch checks it against the reference).
-    if constexpr (std::is_base_of_v<qk::arch::avx512vbmi, Arch> && (std::is_same_v<Block, qk::block_mxfp4> ||
-                                                                    std::is_same_v<Block, qk::block_iq4_nl> || std::is_same_v<Block, qk::block_nvfp4>)) {
+    // Rows of the 4-bit formats of 1024 values or more on avx512vbmi: the split kernel, on the
+    // activations as split_activations lays them out (tests/arch checks it against the reference).
+    if constexpr (std::is_base_of_v<qk::arch::avx512vbmi, Arch> && !std::is_same_v<Block, qk::block_q8_0>) {
         if (cols >= 1024) {
-            using split = qk::kernels::split_q8_0<Block>;
+            using split = qk::kernels::split_activations<Block>;
             std::vector<std::byte> laid_out(split::bytes_for(blocks_per_row));
             split::lay_out(a, laid_out.data());
             for (std::size_t r = 0; r < rows; ++r) {

@@ -73,20 +73,18 @@ double magnitude(std::span<const Block> w, std::span<const Activation> a)
     return sum;
 }
 
-// Mat-vec's kernels for MXFP4, IQ4_NL and NVFP4 rows on avx512vbmi (and its children), on activations
-// laid out by split_q8_0: checked as qk::dot is, at every length and placement.
+// Mat-vec's kernels for the 4-bit formats' rows on avx512vbmi (and its children), on activations
+// laid out by split_activations: checked as qk::dot is, at every length and placement.
 template <class Block>
-constexpr bool has_split_kernel = QK_HAS_X86_KERNELS && std::is_base_of_v<qk::arch::avx512vbmi, tag> &&
-                                  (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_iq4_nl> ||
-                                   std::is_same_v<Block, qk::block_nvfp4>);
+constexpr bool has_split_kernel = QK_HAS_X86_KERNELS && std::is_base_of_v<qk::arch::avx512vbmi, tag> && !std::is_same_v<Block, qk::block_q8_0>;
 
 // The split kernel's result, its layout `offset` bytes past a 64-byte boundary.
 template <class Block>
-float split_dot(std::span<const Block> w, std::span<const qk::block_q8_0> a, std::size_t offset)
+float split_dot(std::span<const Block> w, std::span<const typename qk::format_traits<Block>::vec_dot_type> a, std::size_t offset)
 {
 #if QK_HAS_X86_KERNELS
     if constexpr (has_split_kernel<Block>) {
-        using split = qk::kernels::split_q8_0<Block>;
+        using split = qk::kernels::split_activations<Block>;
         std::vector<std::byte> storage(split::bytes_for(w.size()) + 64 + offset);
         const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
         std::byte* layout = storage.data() + (64 - address % 64) % 64 + offset;
@@ -665,6 +663,11 @@ TEST_CASE("IQ4_XS dot on " QK_TAG_NAME(QK_TEST_TAG) " takes every group scale as
             CAPTURE(reference);
             CAPTURE(simd);
             CHECK(std::fabs(static_cast<double>(simd) - reference) <= tolerance);
+            if constexpr (has_split_kernel<qk::block_iq4_xs>) {
+                const float split = split_dot<qk::block_iq4_xs>(w, a, 0);
+                CAPTURE(split);
+                CHECK(std::fabs(static_cast<double>(split) - reference) <= tolerance);
+            }
         }
     }
 }

@@ -3,8 +3,8 @@
 // the CPU backend's threaded driver over the single-threaded kernels/dot.hpp.
 // The activations are quantized once to the format's activation blocks; each output value is one
 // dot kernel call on the tag: qk::dot's, so results equal a loop of qk::dot over the rows bit for
-// bit, except for MXFP4, IQ4_NL and NVFP4 rows of 1024 values or more on avx512vbmi, whose kernels
-// read the activations laid out once per call (kernels::split_q8_0) and sum in another order.
+// bit, except for the 4-bit formats' rows of 1024 values or more on avx512vbmi, whose kernels read
+// the activations laid out once per call (kernels::split_activations) and sum in another order.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@
 #include "../../kernels/arch.hpp"
 #include "../../kernels/dispatch.hpp"
 #include "../../kernels/dot.hpp"
-#include "../../kernels/dot/split_q8_0.hpp"
+#include "../../kernels/dot/split_activations.hpp"
 #include "../../kernels/error.hpp"
 #include "../../kernels/formats.hpp"
 #include "../../kernels/quantize.hpp"
@@ -28,10 +28,10 @@
 namespace qk {
 namespace detail {
 
-// The formats with split kernels (kernels::split_q8_0) on avx512vbmi.
+// The formats with split kernels (kernels::split_activations) on avx512vbmi.
 template <class Block>
-inline constexpr bool has_split_layout =
-    std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4>;
+inline constexpr bool has_split_layout = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> ||
+                                         std::is_same_v<Block, block_nvfp4> || std::is_same_v<Block, block_iq4_xs>;
 
 // Whether rows of blocks_per_row blocks take the split kernels on a tag that has them: rows of
 // 1024 values or more, where they overtake the other kernels (on a step or two, the per-row sum
@@ -52,8 +52,8 @@ template <class Block>
 {
     if constexpr (has_split_layout<Block>) {
         if (splits_activations<Block>(blocks_per_row)) {
-            constexpr std::size_t block_bytes = sizeof(block_q8_0);
-            return (columns * kernels::split_q8_0<Block>::bytes_for(blocks_per_row) + 63 + block_bytes - 1) / block_bytes;
+            constexpr std::size_t block_bytes = sizeof(typename format_traits<Block>::vec_dot_type);
+            return (columns * kernels::split_activations<Block>::bytes_for(blocks_per_row) + 63 + block_bytes - 1) / block_bytes;
         }
     }
     return 0;
@@ -150,8 +150,8 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // IQ4_XS rows (0.80 with, 0.77 without: within the noise); prefetcht0 helped only Q8_0 rows, by
 // less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and 70-75% with it.
 // (Prefetches did help packed tiles while their scales were a second stream.) The split kernels
-// of MXFP4, IQ4_NL and NVFP4 rows, which read a row at up to twice the other kernels' pace, are
-// the exception: they prefetch (kernels/dot/avx512vbmi.hpp says by how much it pays).
+// of the 4-bit formats' rows, which read a row at up to twice the other kernels' pace, are the
+// exception: they prefetch (kernels/dot/avx512vbmi.hpp says by how much it pays).
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
 // Calls row_range(begin, end) on the pool for the rows in those chunks.
@@ -170,16 +170,18 @@ void run_row_chunks(std::size_t rows, backend::cpu::thread_pool& pool, Task&& ro
 // The rows on the split kernels: each column's quantized activations laid out once, after all of
 // them in scratch, 64-byte aligned.
 template <class Block, class Arch>
-void gemm_split(const Block* w, const gemm_shape& shape, float* y, backend::cpu::thread_pool& pool, block_q8_0* scratch)
+void gemm_split(const Block* w, const gemm_shape& shape, float* y, backend::cpu::thread_pool& pool,
+                typename format_traits<Block>::vec_dot_type* scratch)
 {
-    using split = kernels::split_q8_0<Block>;
+    using split = kernels::split_activations<Block>;
     const std::size_t blocks = shape.blocks_per_row;
     const std::size_t activation_blocks = blocks * activation_blocks_per_block<Block>;
     const std::size_t split_bytes = split::bytes_for(blocks);
     auto* quantized_end = reinterpret_cast<std::byte*>(scratch + shape.columns * activation_blocks);
     std::byte* laid_out = quantized_end + (64 - reinterpret_cast<std::uintptr_t>(quantized_end) % 64) % 64;
     for (std::size_t c = 0; c < shape.columns; ++c) {
-        split::lay_out(std::span<const block_q8_0>(scratch + c * activation_blocks, activation_blocks), laid_out + c * split_bytes);
+        const std::span<const typename split::activation> quantized(scratch + c * activation_blocks, activation_blocks);
+        split::lay_out(quantized, laid_out + c * split_bytes);
     }
     run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
         for (std::size_t r = begin; r < end; ++r) {

@@ -16,7 +16,7 @@
 #include "avx2.hpp"
 #include "avx512bw.hpp"
 #include "avx512vnni.hpp"
-#include "split_q8_0.hpp"
+#include "split_activations.hpp"
 
 #if QK_HAS_X86_KERNELS
 #include <immintrin.h>
@@ -76,7 +76,7 @@ QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bi
     return _mm512_sub_epi32(biased, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, a));
 }
 
-// Mat-vec's kernels for MXFP4 and IQ4_NL rows (kernels::split_q8_0) take sixteen blocks per
+// Mat-vec's kernels for MXFP4 and IQ4_NL rows (kernels::split_activations) take sixteen blocks per
 // step, four per register: register j (0-3) holds blocks 4j to 4j + 3, one per 128-bit lane, the
 // first 16 values of each block (the codes' low nibbles) in one register and the last 16 (the
 // high nibbles, after one 64-bit shift) in another. One vpermt2b gathers four blocks' codes for
@@ -89,9 +89,9 @@ QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bi
 // cycle, the split form reads rows from cache about 1.4x as fast; laying the activations out in
 // the kernel instead (four loads and two vpermt2b per register) made it slower than the octet
 // kernels, so qk::dot keeps those.
-using split_q8_0_detail::lane_block;
-using split_q8_0_detail::step_blocks;
-using split_q8_0_detail::sum_block;
+using split_activations_detail::lane_block;
+using split_activations_detail::step_blocks;
+using split_activations_detail::sum_block;
 
 // A step's weights are read as five 64-byte chunks in address order: at 0, 64, 128, 192 and the
 // last ending with the step (at 192 it would read past the row). Register j's four blocks lie in
@@ -208,7 +208,7 @@ QK_AVX512VBMI_INLINE __m512i block_sums(const __m512i (&r)[4]) noexcept
 
 
 // The exact block sums of one step against its activations (`activations`, the step's part of a
-// split_q8_0 layout), the bias taken off.
+// split_activations layout), the bias taken off.
 template <class Arch, class Block>
 QK_AVX512VBMI_INLINE __m512i step_sums(const __m512i (&chunks)[step_chunks], __m512i table, int bias, const std::byte* activations,
                                        const __m512i (&code_index)[4]) noexcept
@@ -299,7 +299,7 @@ alignas(64) inline constexpr nvfp4_step_layout nvfp4_step = [] {
         }
     }
     for (std::size_t i = 0; i < 16; ++i) {
-        const std::size_t g = split_q8_0_detail::nvfp4_sum_subblock(i);
+        const std::size_t g = split_activations_detail::nvfp4_sum_subblock(i);
         layout.scales[i] = static_cast<std::uint8_t>(nvfp4_chunk_pair_index(0, g / 4 * sizeof(block_nvfp4) + g % 4));
     }
     return layout;
@@ -320,6 +320,17 @@ static_assert([] {
     return true;
 }());
 
+// IQ4_XS's split kernel: two blocks per step, their codes loaded as they lie (64 bytes, four groups,
+// per register, in address order), each group's sum reduced as MXFP4's blocks are; the group
+// multipliers ls - 32 (avx512vnni's group_multipliers, both blocks') spread to the same order.
+alignas(32) inline constexpr std::array<std::uint16_t, 16> iq4_xs_multiplier_index = [] {
+    std::array<std::uint16_t, 16> index{};
+    for (std::size_t i = 0; i < 16; ++i) {
+        index[i] = static_cast<std::uint16_t>(8 * split_activations_detail::iq4_xs_sum_block(i) + split_activations_detail::iq4_xs_sum_group(i));
+    }
+    return index;
+}();
+
 // How far ahead of a step its rows are prefetched, into L1. Unlike the packed tiles' and the octet
 // kernels' rows (gemv.hpp), these gain from it: on Zen 5, 14336 x 4096 from memory, the mat-vec
 // ran at 0.68-0.97 of the streaming read without, 0.83-0.99 with 8 KiB, the same or better in
@@ -328,7 +339,7 @@ static_assert([] {
 inline constexpr std::size_t step_prefetch_distance = 8192;
 
 // The whole steps of a dot product of MXFP4 or IQ4_NL weights (biased table `values`, bias
-// `bias`) with activations laid out by split_q8_0, summed into one float vector: one FMA per step.
+// `bias`) with activations laid out by split_activations, summed into one float vector: one FMA per step.
 template <class Arch, class Block>
 QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, const std::byte* activations, std::size_t steps,
                                       const std::array<std::uint8_t, 64>& values, int bias) noexcept
@@ -338,7 +349,7 @@ QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, const std::byte* activatio
         _mm512_load_si512(avx512vbmi_detail::code_index<Block>[0].data()), _mm512_load_si512(avx512vbmi_detail::code_index<Block>[1].data()),
         _mm512_load_si512(avx512vbmi_detail::code_index<Block>[2].data()), _mm512_load_si512(avx512vbmi_detail::code_index<Block>[3].data())};
     __m512 acc = _mm512_setzero_ps();
-    for (std::size_t s = 0; s < steps; ++s, activations += split_q8_0<Block>::step_bytes) {
+    for (std::size_t s = 0; s < steps; ++s, activations += split_activations<Block>::step_bytes) {
         const Block* step = w + s * step_blocks;
         const char* bytes = reinterpret_cast<const char*>(step);
         __m512i chunks[step_chunks];
@@ -508,10 +519,10 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 
-// MXFP4 and IQ4_NL rows against activations laid out by split_q8_0, mat-vec's path: the products
+// MXFP4 and IQ4_NL rows against activations laid out by split_activations, mat-vec's path: the products
 // of the kernels above, summed in another order (equal up to float rounding).
 template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_q8_0<block_mxfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_activations<block_mxfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
 {
     namespace v = avx512vbmi_detail;
     const std::size_t full = blocks - blocks % v::step_blocks;
@@ -522,7 +533,7 @@ QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_q8_0<block_mxfp4> a, 
 }
 
 template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_q8_0<block_iq4_nl> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_activations<block_iq4_nl> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
 {
     namespace v = avx512vbmi_detail;
     const std::size_t full = blocks - blocks % v::step_blocks;
@@ -532,14 +543,14 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_q8_0<block_iq4_nl> a
     return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
 
-// NVFP4 rows against activations laid out by split_q8_0, mat-vec's path: the products of the
+// NVFP4 rows against activations laid out by split_activations, mat-vec's path: the products of the
 // avx512vnni kernel, summed in another order. The sub-block scales are the other kernels' exact
 // product (ue4m3_half16_div128 times the activation scale times 128), rounded once.
 template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_nvfp4* w, split_q8_0<block_nvfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+QK_TARGET_AVX512VBMI float dot(const block_nvfp4* w, split_activations<block_nvfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
 {
     namespace v = avx512vbmi_detail;
-    constexpr std::size_t step_blocks = split_q8_0<block_nvfp4>::step_blocks;
+    constexpr std::size_t step_blocks = split_activations<block_nvfp4>::step_blocks;
     const __m512i table = _mm512_load_si512(v::mxfp4_biased.data());
     const __m512i code_index[2] = {_mm512_load_si512(v::nvfp4_step.codes[0].data()), _mm512_load_si512(v::nvfp4_step.codes[1].data())};
     const __m512i scale_index = _mm512_load_si512(v::nvfp4_step.scales.data());
@@ -547,7 +558,7 @@ QK_TARGET_AVX512VBMI float dot(const block_nvfp4* w, split_q8_0<block_nvfp4> a, 
     const std::size_t full = blocks - blocks % step_blocks;
     const std::byte* activations = a.steps;
     __m512 acc = _mm512_setzero_ps();
-    for (std::size_t b = 0; b < full; b += step_blocks, activations += split_q8_0<block_nvfp4>::step_bytes) {
+    for (std::size_t b = 0; b < full; b += step_blocks, activations += split_activations<block_nvfp4>::step_bytes) {
         const char* bytes = reinterpret_cast<const char*>(w + b);
 #pragma GCC unroll 3
         for (std::size_t line = 0; line < 3; ++line) {
@@ -614,6 +625,57 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_xs* w, const block_q8_K* a, std::
         acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(sum0, sum1)), acc);
     }
     return avx2_detail::finite_or_reference<Arch>(k::reduce_ps<Arch>(acc), w, a, blocks);
+}
+
+// IQ4_XS rows against activations laid out by split_activations, mat-vec's path: the biased table
+// of the 32-value formats (vpdpbusd sums stay exact in int32, where the octet kernel's vpmaddubsw
+// would saturate), each group's exact sum times its multiplier (below 2^24 in magnitude, so
+// exact in float too), scaled by its block's d * d_a.
+template <class Arch>
+QK_TARGET_AVX512VBMI float dot(const block_iq4_xs* w, split_activations<block_iq4_xs> a, std::size_t blocks,
+                               arch::requires_arch<arch::avx512vbmi>) noexcept
+{
+    namespace v = avx512vbmi_detail;
+    constexpr std::size_t step_blocks = split_activations<block_iq4_xs>::step_blocks;
+    const __m512i table = _mm512_load_si512(v::iq4_biased.data());
+    const __m256i multiplier_index = _mm256_load_si256(reinterpret_cast<const __m256i*>(v::iq4_xs_multiplier_index.data()));
+    const __m512i bias = _mm512_set1_epi32(v::iq4_bias);
+    const std::size_t full = blocks - blocks % step_blocks;
+    const std::byte* activations = a.steps;
+    __m512 acc = _mm512_setzero_ps();
+    for (std::size_t b = 0; b < full; b += step_blocks, activations += split_activations<block_iq4_xs>::step_bytes) {
+        const char* bytes = reinterpret_cast<const char*>(w + b);
+#pragma GCC unroll 5
+        for (std::size_t line = 0; line < 5; ++line) {
+            _mm_prefetch(bytes + v::step_prefetch_distance + 64 * line, _MM_HINT_T0);
+        }
+        __m512i codes[4];
+#pragma GCC unroll 4
+        for (std::size_t j = 0; j < 4; ++j) {
+            codes[j] = _mm512_loadu_si512(w[b + j / 2].qs.data() + 64 * (j % 2));
+            __asm__("" : "+v"(codes[j]));
+        }
+        __m512i r[4];
+#pragma GCC unroll 4
+        for (std::size_t j = 0; j < 4; ++j) {
+            const __m512i low = _mm512_loadu_si512(activations + 128 * j);
+            const __m512i high = _mm512_loadu_si512(activations + 128 * j + 64);
+            r[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_permutexvar_epi8(codes[j], table), low),
+                                       _mm512_permutexvar_epi8(_mm512_srli_epi64(codes[j], 4), table), high);
+        }
+        const __m512i sums = _mm512_sub_epi32(v::block_sums<Arch>(r), _mm512_mullo_epi32(_mm512_loadu_si512(activations + 512), bias));
+        const __m256i both = _mm256_inserti128_si256(avx512vnni_detail::group_multipliers<Arch>(w[b]),
+                                                     _mm256_castsi256_si128(avx512vnni_detail::group_multipliers<Arch>(w[b + 1])), 1);
+        const __m512i multipliers = _mm512_cvtepi16_epi32(_mm256_permutexvar_epi16(multiplier_index, both));
+        const float d0 = avx2_detail::half<Arch>(w[b].d) * a.blocks[b].d;
+        const float d1 = avx2_detail::half<Arch>(w[b + 1].d) * a.blocks[b + 1].d;
+        // int32 lane i belongs to block i % 4 / 2.
+        const __m512 scales = _mm512_mask_blend_ps(0xcccc, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(sums, multipliers)), scales, acc);
+    }
+    // The last block: the kernel above.
+    const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
+    return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
 
 } // namespace qk::kernels

@@ -1,6 +1,7 @@
-// kernels::split_q8_0<Block>: a vector of Q8_0 activations laid out once for many rows of Block
-// weights, as the AVX-512 VBMI mat-vec kernels of MXFP4, IQ4_NL and NVFP4 (dot/avx512vbmi.hpp)
-// read it; the CPU backend's gemv lays x out in its scratch. Plain code, on every architecture.
+// kernels::split_activations<Block>: a vector of quantized activations (Q8_0, Q8_K for IQ4_XS)
+// laid out once for many rows of Block weights, as the AVX-512 VBMI mat-vec kernels of MXFP4,
+// IQ4_NL, NVFP4 and IQ4_XS (dot/avx512vbmi.hpp) read it; the CPU backend's gemv lays x out in its
+// scratch. Plain code, on every architecture.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,7 @@
 #include "../fp16.hpp"
 
 namespace qk::kernels {
-namespace split_q8_0_detail {
+namespace split_activations_detail {
 
 // MXFP4 and IQ4_NL: sixteen blocks per kernel step, four per register: register j (0-3) holds
 // blocks 4j to 4j + 3, one per 128-bit lane.
@@ -44,7 +45,21 @@ constexpr std::size_t nvfp4_sum_subblock(std::size_t i) noexcept
     return 8 * (i % 4 / 2) + 2 * (i / 4) + i % 2;
 }
 
-} // namespace split_q8_0_detail
+// IQ4_XS: two blocks per step, four registers of 64 code bytes as they lie (register j: block
+// j / 2, groups 4 (j % 2) to 4 (j % 2) + 3, group per 128-bit lane).
+inline constexpr std::size_t iq4_xs_step_blocks = 2;
+
+// The block (of the step) and group of int32 lane i after the reduction (block_sums order).
+constexpr std::size_t iq4_xs_sum_block(std::size_t i) noexcept
+{
+    return i % 4 / 2;
+}
+constexpr std::size_t iq4_xs_sum_group(std::size_t i) noexcept
+{
+    return 4 * (i % 2) + i / 4;
+}
+
+} // namespace split_activations_detail
 
 // The layout, per kernel step (bytes best 64-byte aligned):
 // - MXFP4 and IQ4_NL, 16 blocks, 640 bytes: registers j = 0-3 (64 bytes of low halves, then 64 of
@@ -53,17 +68,25 @@ constexpr std::size_t nvfp4_sum_subblock(std::size_t i) noexcept
 // - NVFP4, 4 blocks (8 Q8_0 blocks), 384 bytes: registers k = 0-1 (64 bytes of each sub-block's
 //   first 8 values, then 64 of its last 8); the 16 sub-blocks' code sums (int32, in
 //   nvfp4_sum_subblock order); their Q8_0 scales times 128 (float, likewise: exact).
+// - IQ4_XS, 2 blocks (2 Q8_K blocks), 576 bytes: registers j = 0-3 (64 bytes of each group's
+//   first 16 values, then 64 of its last 16); the 16 groups' code sums (int32, in
+//   iq4_xs_sum_block/iq4_xs_sum_group order). The kernel reads the Q8_K scales from `blocks`.
 // Blocks past the last whole step are not laid out: the kernels read those from `blocks`, the
-// Q8_0 blocks of the whole vector.
+// quantized blocks of the whole vector.
 template <class Block>
-struct split_q8_0 {
-    static_assert(std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4>);
+struct split_activations {
+    static_assert(std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4> ||
+                  std::is_same_v<Block, block_iq4_xs>);
+    using activation = typename format_traits<Block>::vec_dot_type;
     static constexpr bool nvfp4 = std::is_same_v<Block, block_nvfp4>;
+    static constexpr bool iq4_xs = std::is_same_v<Block, block_iq4_xs>;
     // Weight blocks per step, and the bytes their activations take.
-    static constexpr std::size_t step_blocks = nvfp4 ? split_q8_0_detail::nvfp4_step_blocks : split_q8_0_detail::step_blocks;
-    static constexpr std::size_t step_bytes = nvfp4 ? 384 : 640;
+    static constexpr std::size_t step_blocks = nvfp4    ? split_activations_detail::nvfp4_step_blocks
+                                               : iq4_xs ? split_activations_detail::iq4_xs_step_blocks
+                                                        : split_activations_detail::step_blocks;
+    static constexpr std::size_t step_bytes = nvfp4 ? 384 : iq4_xs ? 576 : 640;
 
-    const block_q8_0* blocks;
+    const activation* blocks;
     const std::byte* steps; // bytes_for(weight blocks) bytes
 
     // The layout's size for a row of `weight_blocks` blocks.
@@ -72,14 +95,16 @@ struct split_q8_0 {
         return weight_blocks / step_blocks * step_bytes;
     }
 
-    // Writes the layout of a, the Q8_0 blocks of one vector, to out (bytes_for of the vector's
-    // weight blocks). Plain code: it runs once per vector.
-    static void lay_out(std::span<const block_q8_0> a, std::byte* out) noexcept
+    // Writes the layout of a, the quantized blocks of one vector, to out (bytes_for of the
+    // vector's weight blocks). Plain code: it runs once per vector.
+    static void lay_out(std::span<const activation> a, std::byte* out) noexcept
     {
-        constexpr std::size_t per_step = nvfp4 ? 2 * step_blocks : step_blocks; // Q8_0 blocks
+        constexpr std::size_t per_step = nvfp4 ? 2 * step_blocks : step_blocks; // activation blocks
         for (std::size_t s = 0; s + per_step <= a.size(); s += per_step, out += step_bytes) {
             if constexpr (nvfp4) {
                 lay_out_nvfp4_step(a.data() + s, out);
+            } else if constexpr (iq4_xs) {
+                lay_out_iq4_xs_step(a.data() + s, out);
             } else {
                 lay_out_step(a.data() + s, out);
             }
@@ -97,9 +122,29 @@ private:
         std::memcpy(out + 64 + 4 * i, &scale, 4);
     }
 
+    static void lay_out_iq4_xs_step(const block_q8_K* step, std::byte* out) noexcept
+    {
+        namespace v = split_activations_detail;
+        for (std::size_t j = 0; j < 4; ++j) {
+            for (std::size_t lane = 0; lane < 4; ++lane) {
+                const std::int8_t* values = step[j / 2].qs.data() + 32 * (4 * (j % 2) + lane);
+                std::memcpy(out + 128 * j + 16 * lane, values, 16);
+                std::memcpy(out + 128 * j + 64 + 16 * lane, values + 16, 16);
+            }
+        }
+        for (std::size_t i = 0; i < 16; ++i) {
+            const block_q8_K& block = step[v::iq4_xs_sum_block(i)];
+            std::int32_t sum = 0;
+            for (std::size_t k = 0; k < 32; ++k) {
+                sum += block.qs[32 * v::iq4_xs_sum_group(i) + k];
+            }
+            std::memcpy(out + 512 + 4 * i, &sum, 4);
+        }
+    }
+
     static void lay_out_step(const block_q8_0* step, std::byte* out) noexcept
     {
-        namespace v = split_q8_0_detail;
+        namespace v = split_activations_detail;
         for (std::size_t j = 0; j < 4; ++j) {
             for (std::size_t lane = 0; lane < 4; ++lane) {
                 const auto& qs = step[v::lane_block(j, lane)].qs;
@@ -122,7 +167,7 @@ private:
 
     static void lay_out_nvfp4_step(const block_q8_0* step, std::byte* out) noexcept
     {
-        namespace v = split_q8_0_detail;
+        namespace v = split_activations_detail;
         for (std::size_t k = 0; k < 2; ++k) {
             for (std::size_t s = 0; s < 8; ++s) {
                 const std::int8_t* values = subblock_values(step, 8 * k + s);
