@@ -338,6 +338,16 @@ alignas(32) inline constexpr std::array<std::uint16_t, 16> iq4_xs_multiplier_ind
 // A prefetch past the end of the row, or of the matrix, does nothing but fetch a line.
 inline constexpr std::size_t step_prefetch_distance = 8192;
 
+// Prefetches the `lines` lines step_prefetch_distance past a step's first byte.
+template <class Arch, std::size_t lines>
+QK_AVX512VBMI_INLINE void prefetch_ahead(const char* step) noexcept
+{
+#pragma GCC unroll 8
+    for (std::size_t line = 0; line < lines; ++line) {
+        _mm_prefetch(step + step_prefetch_distance + 64 * line, _MM_HINT_T0);
+    }
+}
+
 // The whole steps of a dot product of MXFP4 or IQ4_NL weights (biased table `values`, bias
 // `bias`) with activations laid out by split_activations, summed into one float vector: one FMA per step.
 template <class Arch, class Block>
@@ -353,10 +363,7 @@ QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, const std::byte* activatio
         const Block* step = w + s * step_blocks;
         const char* bytes = reinterpret_cast<const char*>(step);
         __m512i chunks[step_chunks];
-#pragma GCC unroll 5
-        for (std::size_t line = 0; line < step_chunks; ++line) {
-            _mm_prefetch(bytes + step_prefetch_distance + 64 * line, _MM_HINT_T0);
-        }
+        prefetch_ahead<Arch, step_chunks>(bytes);
         load_weight_chunks<Arch, Block>(bytes, chunks);
         const __m512i sums = step_sums<Arch, Block>(chunks, table, bias, activations, code_index);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), step_scales<Arch>(step, chunks, _mm512_loadu_ps(activations + 576)), acc);
@@ -519,25 +526,17 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, const block_q8_0* a, std::
     return avx2_detail::finite_or_reference<Arch>(sum, w, a, blocks);
 }
 
-// MXFP4 and IQ4_NL rows against activations laid out by split_activations, mat-vec's path: the products
-// of the kernels above, summed in another order (equal up to float rounding).
-template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_mxfp4* w, split_activations<block_mxfp4> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
+// MXFP4 and IQ4_NL rows against activations laid out by split_activations, mat-vec's path: the
+// products of the kernels above, summed in another order (equal up to float rounding).
+template <class Arch, class Block>
+    requires(std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>)
+QK_TARGET_AVX512VBMI float dot(const Block* w, split_activations<Block> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
 {
     namespace v = avx512vbmi_detail;
+    constexpr bool mxfp4 = std::is_same_v<Block, block_mxfp4>;
     const std::size_t full = blocks - blocks % v::step_blocks;
-    const __m512 acc = v::dot_steps<Arch>(w, a.steps, full / v::step_blocks, v::mxfp4_biased, v::mxfp4_bias);
-    // The last 0-15 blocks: the octet kernel.
-    const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
-    return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
-}
-
-template <class Arch>
-QK_TARGET_AVX512VBMI float dot(const block_iq4_nl* w, split_activations<block_iq4_nl> a, std::size_t blocks, arch::requires_arch<arch::avx512vbmi>) noexcept
-{
-    namespace v = avx512vbmi_detail;
-    const std::size_t full = blocks - blocks % v::step_blocks;
-    const __m512 acc = v::dot_steps<Arch>(w, a.steps, full / v::step_blocks, v::iq4_biased, v::iq4_bias);
+    const __m512 acc = v::dot_steps<Arch>(w, a.steps, full / v::step_blocks, mxfp4 ? v::mxfp4_biased : v::iq4_biased,
+                                          mxfp4 ? v::mxfp4_bias : v::iq4_bias);
     // The last 0-15 blocks: the octet kernel.
     const float sum = avx512_detail::reduce_ps<Arch>(acc) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx512vbmi{});
     return avx2_detail::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
@@ -560,10 +559,7 @@ QK_TARGET_AVX512VBMI float dot(const block_nvfp4* w, split_activations<block_nvf
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t b = 0; b < full; b += step_blocks, activations += split_activations<block_nvfp4>::step_bytes) {
         const char* bytes = reinterpret_cast<const char*>(w + b);
-#pragma GCC unroll 3
-        for (std::size_t line = 0; line < 3; ++line) {
-            _mm_prefetch(bytes + v::step_prefetch_distance + 64 * line, _MM_HINT_T0);
-        }
+        v::prefetch_ahead<Arch, 3>(bytes);
         __m512i chunks[3];
 #pragma GCC unroll 3
         for (std::size_t c = 0; c < 3; ++c) {
@@ -645,10 +641,7 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_xs* w, split_activations<block_iq
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t b = 0; b < full; b += step_blocks, activations += split_activations<block_iq4_xs>::step_bytes) {
         const char* bytes = reinterpret_cast<const char*>(w + b);
-#pragma GCC unroll 5
-        for (std::size_t line = 0; line < 5; ++line) {
-            _mm_prefetch(bytes + v::step_prefetch_distance + 64 * line, _MM_HINT_T0);
-        }
+        v::prefetch_ahead<Arch, 5>(bytes);
         __m512i codes[4];
 #pragma GCC unroll 4
         for (std::size_t j = 0; j < 4; ++j) {
