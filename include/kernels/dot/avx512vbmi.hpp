@@ -86,7 +86,7 @@ QK_AVX512VBMI_INLINE __m512i biased_dot(__m512i codes, __m512i table, __m512i bi
 // reads them with aligned loads. The octet kernels below instead take each group of codes twice
 // (vpermt2w, a 64-bit shift per pair), the activations with a 32-byte insert per pair and the
 // bias with a second vpdpbusd. On Zen 5, where vpermb, vpermt2b and the unpacks issue two per
-// cycle, the split form reads rows from cache about 1.4x as fast; laying the activations out in
+// cycle, the split form reads rows from cache about twice as fast; laying the activations out in
 // the kernel instead (four loads and two vpermt2b per register) made it slower than the octet
 // kernels, so qk::dot keeps those.
 using split_activations_detail::lane_block;
@@ -94,7 +94,7 @@ using split_activations_detail::step_blocks;
 using split_activations_detail::sum_block;
 
 // A step's weights are read as five 64-byte chunks in address order: at 0, 64, 128, 192 and the
-// last ending with the step (at 192 it would read past the row). Register j's four blocks lie in
+// last ending with the step (at 256 it would read past the row). Register j's four blocks lie in
 // chunks j and j + 1. In order and line by line matters: reading the two halves of the step side
 // by side (as the layout of two blocks per half-register would) ran 25% slower from memory
 // (Zen 5, one thread), the hardware prefetchers seeing two interleaved streams.
@@ -151,9 +151,9 @@ constexpr bool codes_within_chunks() noexcept
 }
 static_assert(codes_within_chunks<block_iq4_nl>() && codes_within_chunks<block_mxfp4>());
 
-// The scale gathers: sum_block order asks for every block in each half-vector, so the scales
-// of blocks 0-7 come from chunks 0 and 1, those of 8-15 from chunks 2 and 3 (IQ4_NL's block
-// 15, at byte 270, from chunk 4), blended. Per source pair: indices, and which lanes take it.
+// The scale gathers: in sum_block order the step's blocks interleave, so each gather fills the
+// lanes of some blocks and a blend merges them: blocks 0-7 from chunks 0 and 1, 8-15 from chunks 2
+// and 3 (IQ4_NL's block 15, at byte 270, from chunk 4). Per source pair: indices, and which lanes take it.
 struct scale_gather {
     std::array<std::uint16_t, 32> words;  // IQ4_NL: vpermt2w indices, word i for block sum_block(i)
     std::array<std::uint8_t, 64> bytes;   // MXFP4: vpermt2b indices and pass-through (below)
