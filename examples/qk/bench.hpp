@@ -228,7 +228,7 @@ inline std::vector<measurement> run_benchmarks(const bench_options& opt)
                 x[i] = static_cast<float>(i % 17) - 8.0f;
             }
             std::vector<float> y(rows);
-            std::vector<activation> scratch(cols / qk::format_traits<activation>::block_size);
+            std::vector<activation> scratch(qk::gemm_scratch_blocks<Block>(cols));
             for (std::size_t i = 0; i < opt.threads.size(); ++i) {
                 qk::backend::cpu::thread_pool pool(opt.threads[i]);
                 qk::dispatch([&]<class Tag>(Tag) {
