@@ -154,11 +154,13 @@ static_assert(codes_within_chunks<block_iq4_nl>() && codes_within_chunks<block_m
 // The scale gathers: in sum_block order the step's blocks interleave, so each gather fills the
 // lanes of some blocks and a blend merges them: blocks 0-7 from chunks 0 and 1, 8-15 from chunks 2
 // and 3 (IQ4_NL's block 15, at byte 270, from chunk 4). Per source pair: indices, and which lanes take it.
+// (Each index vector 64-byte aligned, for the aligned loads, in every element of an array.)
 struct scale_gather {
-    std::array<std::uint16_t, 32> words;  // IQ4_NL: vpermt2w indices, word i for block sum_block(i)
-    std::array<std::uint8_t, 64> bytes;   // MXFP4: vpermt2b indices and pass-through (below)
-    std::uint32_t lanes;                  // lanes i whose block this pair holds
+    alignas(64) std::array<std::uint16_t, 32> words; // IQ4_NL: vpermt2w indices, word i for block sum_block(i)
+    alignas(64) std::array<std::uint8_t, 64> bytes;  // MXFP4: vpermt2b indices and pass-through (below)
+    std::uint32_t lanes;                             // lanes i whose block this pair holds
 };
+static_assert(sizeof(scale_gather) % 64 == 0);
 
 template <class Block>
 constexpr std::array<scale_gather, 3> scale_gathers() noexcept
