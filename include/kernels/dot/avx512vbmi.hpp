@@ -110,18 +110,24 @@ constexpr std::size_t chunk_start(std::size_t c) noexcept
 template <class Block>
 inline constexpr std::size_t codes_offset = std::is_same_v<Block, block_iq4_nl> ? 2 : 1;
 
-// Byte `byte` of the step as an index into the 128-byte table of chunks first and first + 1,
-// or 128 where it is in neither.
+// Byte `byte` of a step as an index into the 128-byte table of the chunks loaded at `low` and
+// `high`, or 128 where it is in neither.
+constexpr std::size_t pair_index(std::size_t low, std::size_t high, std::size_t byte) noexcept
+{
+    if (byte >= low && byte < low + 64) {
+        return byte - low;
+    }
+    if (byte >= high && byte < high + 64) {
+        return 64 + byte - high;
+    }
+    return 128;
+}
+
+// The same for chunks first and first + 1 of a MXFP4 or IQ4_NL step.
 template <class Block>
 constexpr std::size_t chunk_pair_index(std::size_t first, std::size_t byte) noexcept
 {
-    if (byte >= chunk_start<Block>(first) && byte < chunk_start<Block>(first) + 64) {
-        return byte - chunk_start<Block>(first);
-    }
-    if (byte >= chunk_start<Block>(first + 1) && byte < chunk_start<Block>(first + 1) + 64) {
-        return 64 + byte - chunk_start<Block>(first + 1);
-    }
-    return 128;
+    return pair_index(chunk_start<Block>(first), chunk_start<Block>(first + 1), byte);
 }
 
 // vpermt2b indices: register j's four blocks' codes, from chunks j and j + 1.
@@ -277,13 +283,7 @@ static_assert(nvfp4_chunk_start[2] + 64 == 4 * sizeof(block_nvfp4));
 // Byte `byte` of the step in the 128-byte table of chunks `first` and `first + 1`.
 constexpr std::size_t nvfp4_chunk_pair_index(std::size_t first, std::size_t byte) noexcept
 {
-    if (byte >= nvfp4_chunk_start[first] && byte < nvfp4_chunk_start[first] + 64) {
-        return byte - nvfp4_chunk_start[first];
-    }
-    if (byte >= nvfp4_chunk_start[first + 1] && byte < nvfp4_chunk_start[first + 1] + 64) {
-        return 64 + byte - nvfp4_chunk_start[first + 1];
-    }
-    return 128;
+    return pair_index(nvfp4_chunk_start[first], nvfp4_chunk_start[first + 1], byte);
 }
 
 struct nvfp4_step_layout {
