@@ -7,7 +7,9 @@
 // `bandwidth_fraction`: that rate over the best streaming read of the same thread count in the
 // run, and `paired_fraction`: the median, over rotations through the copies, of the rotation's
 // rate over a streaming pass made just before it (see paired_probe). A mat-vec reads each weight
-// once, so 1.0 is its ceiling.
+// once, so 1.0 is its ceiling. After each format's mat-vecs, `upload_14336x4096` times the
+// context's upload of one such matrix (its own copy, packed where the CPU has tile kernels), in
+// GGUF bytes per second: what loading a model costs per weight.
 #include <benchmark/benchmark.h>
 
 #include <kernels/dispatch.hpp>
@@ -351,6 +353,25 @@ void gemv(benchmark::State& state)
     state.counters["paired_fraction"] = probe->median_ratio();
 }
 
+// One GGUF matrix to upload from (hold() releases the mat-vec copies first).
+template <class Block>
+struct upload_source {
+    weight_set<Block> one{true};
+};
+
+template <class Block>
+void upload(benchmark::State& state)
+{
+    const std::span<const Block> w = hold<upload_source<Block>>().one.matrix(0);
+    const qk::backend::cpu::context context(1);
+    for (auto _ : state) {
+        // Allocation and first touch of the copy included, as a model load pays them.
+        const auto m = context.upload<Block>(w, rows, cols);
+        benchmark::DoNotOptimize(&m);
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * w.size_bytes()));
+}
+
 template <class Block>
 void register_gemv()
 {
@@ -373,6 +394,7 @@ void register_gemv()
         ->ArgName("threads")
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("upload_14336x4096/" + name).c_str(), upload<Block>)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 // Registration order is run order: the bandwidth first, so every gemv finds its reference.

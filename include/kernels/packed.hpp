@@ -120,33 +120,6 @@ struct packed_tile {
 
 namespace detail {
 
-// Code j of 32 stored as 16 bytes, element j in the low nibble of byte j and element j + 16 in
-// the high nibble (an MXFP4 or IQ4_NL block, or one group of an IQ4_XS superblock).
-inline int nibble_code(const std::uint8_t* qs, std::size_t j) noexcept
-{
-    return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4;
-}
-
-// The signed value (Q8_0) or the 4-bit code of element j of a block.
-inline int packed_element(const block_q8_0& b, std::size_t j) noexcept { return b.qs[j]; }
-template <class Block>
-inline int packed_element(const Block& b, std::size_t j) noexcept
-{
-    return nibble_code(b.qs.data(), j);
-}
-// Element j of group g of an IQ4_XS superblock.
-inline int packed_element(const block_iq4_xs& b, std::size_t g, std::size_t j) noexcept
-{
-    return nibble_code(b.qs.data() + 16 * g, j);
-}
-// Element j of group g (elements 32g .. 32g + 31) of an NVFP4 block, in its own nibble order.
-inline int packed_element(const block_nvfp4& b, std::size_t g, std::size_t j) noexcept
-{
-    const std::size_t e = 32 * g + j;
-    const std::uint8_t byte = b.qs[8 * (e / 16) + e % 8];
-    return e % 16 < 8 ? byte & 0x0f : byte >> 4;
-}
-
 // Where element j of row r of a group lives in the group's bytes: for 4-bit codes, the byte, whose
 // low nibble holds it if `high` is false.
 template <class Block>
@@ -166,6 +139,41 @@ inline void put_code(std::uint8_t* group, std::size_t r, std::size_t j, int code
         byte = static_cast<std::uint8_t>(code + 128);
     } else {
         byte = static_cast<std::uint8_t>(byte | (high_nibble(j) ? code << 4 : code));
+    }
+}
+
+// Row r of a code group, whole 32-bit words at a time, as put_code would leave them element by
+// element on zeroed bytes (packing a matrix runs on these):
+//  - Q8_0: from the group's 32 values;
+//  - 4-bit: from the 16 bytes holding its 32 codes, in GGUF's order (element j in the low nibble
+//    of byte j, element j + 16 in the high nibble: MXFP4, IQ4_NL, an IQ4_XS group) or, with
+//    nvfp4_order, NVFP4's (the group's two 16-value sub-blocks in bytes 0-7 and 8-15, elements 0-7
+//    of each in the low nibbles, 8-15 in the high ones).
+inline void put_q8_0_group(std::uint8_t* group, std::size_t r, const std::int8_t* values) noexcept
+{
+    for (std::size_t k = 0; k < 8; ++k) {
+        std::uint32_t word;
+        std::memcpy(&word, values + 4 * k, 4);
+        word ^= 0x80808080u; // value + 128, byte by byte
+        std::memcpy(group + 64 * k + 4 * r, &word, 4);
+    }
+}
+inline void put_nibble_group(std::uint8_t* group, std::size_t r, const std::uint8_t* codes, bool nvfp4_order) noexcept
+{
+    // Vector m holds elements 8m .. 8m + 3 in its low nibbles and 8m + 4 .. 8m + 7 in its high ones.
+    std::uint32_t word[4];
+    std::memcpy(word, codes, 16);
+    constexpr std::uint32_t low = 0x0f0f0f0fu;
+    const auto low_nibbles = [](std::uint32_t first, std::uint32_t second) { return (first & low) | (second & low) << 4; };
+    const auto high_nibbles = [](std::uint32_t first, std::uint32_t second) { return (first >> 4 & low) | (second & ~low); };
+    const std::uint32_t vector[4] = {
+        low_nibbles(word[0], word[1]),
+        nvfp4_order ? high_nibbles(word[0], word[1]) : low_nibbles(word[2], word[3]),
+        nvfp4_order ? low_nibbles(word[2], word[3]) : high_nibbles(word[0], word[1]),
+        high_nibbles(word[2], word[3]),
+    };
+    for (std::size_t m = 0; m < 4; ++m) {
+        std::memcpy(group + 64 * m + 4 * r, &vector[m], 4);
     }
 }
 
@@ -261,28 +269,22 @@ private:
                 std::uint8_t* codes = base + tile::codes_offset(b);
                 if constexpr (std::is_same_v<Block, block_nvfp4>) {
                     for (std::size_t g = 0; g < 2; ++g) {
-                        std::uint8_t* group = codes + g * traits::code_bytes;
-                        for (std::size_t j = 0; j < 32; ++j) {
-                            detail::put_code<Block>(group, r, j, detail::packed_element(row[b], g, j));
-                        }
+                        detail::put_nibble_group(codes + g * traits::code_bytes, r, row[b].qs.data() + 16 * g, true);
                     }
                     for (std::size_t s = 0; s < 4; ++s) {
                         block_scales[16 * s + r] = row[b].d[s];
                     }
                 } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
                     for (std::size_t g = 0; g < 8; ++g) {
-                        std::uint8_t* group = codes + g * traits::code_bytes;
-                        for (std::size_t j = 0; j < 32; ++j) {
-                            detail::put_code<Block>(group, r, j, detail::packed_element(row[b], g, j));
-                        }
+                        detail::put_nibble_group(codes + g * traits::code_bytes, r, row[b].qs.data() + 16 * g, false);
                         block_scales[32 + 16 * g + r] = static_cast<std::uint8_t>(iq4_xs_group_scale(row[b], static_cast<int>(g)));
                     }
                     std::memcpy(block_scales + 2 * r, &row[b].d, 2);
+                } else if constexpr (std::is_same_v<Block, block_q8_0>) {
+                    detail::put_q8_0_group(codes, r, row[b].qs.data());
+                    std::memcpy(block_scales + 2 * r, &row[b].d, 2);
                 } else {
-                    std::uint8_t* group = codes;
-                    for (std::size_t j = 0; j < 32; ++j) {
-                        detail::put_code<Block>(group, r, j, detail::packed_element(row[b], j));
-                    }
+                    detail::put_nibble_group(codes, r, row[b].qs.data(), false);
                     if constexpr (std::is_same_v<Block, block_mxfp4>) {
                         block_scales[r] = row[b].e;
                     } else {
