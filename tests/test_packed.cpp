@@ -195,6 +195,67 @@ TEST_CASE_TEMPLATE("packed tiles keep each unit's scales after its codes", Block
     CHECK(checked == rows * blocks);
 }
 
+// Element j (0-31) of code group g of a GGUF block, written out from the formats' layouts
+// (FORMATS.md): the Q8_0 value, or the 4-bit code.
+template <class Block>
+int gguf_element(const Block& block, std::size_t g, std::size_t j)
+{
+    if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
+        return block.qs[j];
+    } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
+        // 64 values in four 16-value sub-blocks of 8 bytes: value i of a sub-block in the low
+        // nibble of byte i (i < 8), in the high nibble of byte i - 8 otherwise.
+        const std::size_t value = 32 * g + j;
+        const std::uint8_t byte = block.qs[8 * (value / 16) + value % 8];
+        return value % 16 < 8 ? byte & 0x0f : byte >> 4;
+    } else {
+        // 32 values in 16 bytes (an IQ4_XS superblock: eight such groups): value j in the low nibble
+        // of byte j (j < 16), in the high nibble of byte j - 16 otherwise.
+        const std::uint8_t byte = block.qs[16 * g + j % 16];
+        return j < 16 ? byte & 0x0f : byte >> 4;
+    }
+}
+
+TEST_CASE_TEMPLATE("packed tiles place each code where packed.hpp's layout comment says", Block, qk::block_q8_0, qk::block_mxfp4,
+                   qk::block_nvfp4, qk::block_iq4_nl, qk::block_iq4_xs)
+{
+    constexpr unit_layout unit = documented_unit<Block>;
+    constexpr std::size_t groups = unit.code_bytes / (std::is_same_v<Block, qk::block_q8_0> ? 512 : 256);
+    constexpr std::size_t unit_bytes = unit.blocks * (unit.code_bytes + unit.scale_bytes);
+    const std::size_t blocks = 2 * unit.blocks + 1;
+    const std::size_t rows = 21;
+    const auto w = qk_inputs::random_blocks<Block>(rows * blocks, 91);
+    const qk::packed_matrix<Block> packed(w, rows, blocks * qk::format_traits<Block>::block_size);
+    const std::uint8_t* base = packed.tile(0).bytes;
+    std::size_t mismatches = 0;
+    std::size_t checked = 0;
+    for (std::size_t row = 0; row < rows; ++row) {
+        const std::size_t t = row / 16;
+        const std::size_t r = row % 16;
+        for (std::size_t b = 0; b < blocks; ++b) {
+            const std::uint8_t* block_codes = base + t * 3 * unit_bytes + b / unit.blocks * unit_bytes + b % unit.blocks * unit.code_bytes;
+            for (std::size_t g = 0; g < groups; ++g) {
+                for (std::size_t j = 0; j < 32; ++j) {
+                    const int expected = gguf_element(w[row * blocks + b], g, j);
+                    int stored = 0;
+                    if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
+                        // Vector j / 4, row r at bytes 4r .. 4r + 3, stored as value + 128.
+                        stored = block_codes[512 * g + 64 * (j / 4) + 4 * r + j % 4] - 128;
+                    } else {
+                        // Vector j / 8: values 8m .. 8m + 3 in the low nibbles, 8m + 4 .. 8m + 7 in the high.
+                        const std::uint8_t byte = block_codes[256 * g + 64 * (j / 8) + 4 * r + j % 4];
+                        stored = j % 8 < 4 ? byte & 0x0f : byte >> 4;
+                    }
+                    mismatches += stored != expected ? 1 : 0;
+                    ++checked;
+                }
+            }
+        }
+    }
+    CHECK(mismatches == 0);
+    CHECK(checked == rows * blocks * groups * 32);
+}
+
 TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of each row and column, bit for bit", Block, packed_gemm_equals_dot)
 {
     SUBCASE("generic tag") { check_packed_gemm_equals_dot<Block, qk::arch::generic>(); }
