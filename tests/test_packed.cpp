@@ -156,18 +156,41 @@ constexpr unit_layout documented_unit = std::is_same_v<Block, qk::block_q8_0>   
                                         : std::is_same_v<Block, qk::block_iq4_nl> ? unit_layout{2, 256, 32}
                                                                                   : unit_layout{2, 2048, 160};
 
+// Random rows of two whole units and one block more (three units a tile), packed, and where in
+// the packed bytes each block's unit begins by the documented layout.
+template <class Block>
+struct unit_sample {
+    static constexpr unit_layout unit = documented_unit<Block>;
+    static constexpr std::size_t unit_bytes = unit.blocks * (unit.code_bytes + unit.scale_bytes);
+    static constexpr std::size_t blocks = 2 * unit.blocks + 1;
+
+    std::vector<Block> w;
+    qk::packed_matrix<Block> packed;
+
+    unit_sample(std::size_t rows, std::uint64_t seed)
+        : w(qk_inputs::random_blocks<Block>(rows * blocks, seed)), packed(w, rows, blocks * qk::format_traits<Block>::block_size)
+    {
+    }
+    // The unit holding block b of tile t.
+    [[nodiscard]] const std::uint8_t* unit_of(std::size_t t, std::size_t b) const
+    {
+        return packed.tile(0).bytes + t * 3 * unit_bytes + b / unit.blocks * unit_bytes;
+    }
+};
+
 TEST_CASE_TEMPLATE("packed tiles keep each unit's scales after its codes", Block, qk::block_q8_0, qk::block_mxfp4, qk::block_nvfp4,
                    qk::block_iq4_nl, qk::block_iq4_xs)
 {
-    constexpr unit_layout unit = documented_unit<Block>;
-    constexpr std::size_t unit_bytes = unit.blocks * (unit.code_bytes + unit.scale_bytes);
-    // Two whole units and one block more, on 17 rows: two tiles, the second mostly padding.
-    const std::size_t blocks = 2 * unit.blocks + 1;
+    using sample = unit_sample<Block>;
+    constexpr unit_layout unit = sample::unit;
+    constexpr std::size_t unit_bytes = sample::unit_bytes;
+    constexpr std::size_t blocks = sample::blocks;
+    // On 17 rows: two tiles, the second mostly padding.
     const std::size_t rows = 17;
-    const auto w = qk_inputs::random_blocks<Block>(rows * blocks, 77);
-    const qk::packed_matrix<Block> packed(w, rows, blocks * qk::format_traits<Block>::block_size);
-    const std::uint8_t* base = packed.tile(0).bytes;
-    CHECK(packed.tile(1).bytes - base == static_cast<std::ptrdiff_t>(3 * unit_bytes));
+    const sample packed_sample(rows, 77);
+    const auto& w = packed_sample.w;
+    const auto& packed = packed_sample.packed;
+    CHECK(packed.tile(1).bytes - packed.tile(0).bytes == static_cast<std::ptrdiff_t>(3 * unit_bytes));
     CHECK(packed.bytes() == 2 * 3 * unit_bytes);
     std::size_t checked = 0;
     for (std::size_t t = 0; t < 2; ++t) {
@@ -177,8 +200,7 @@ TEST_CASE_TEMPLATE("packed tiles keep each unit's scales after its codes", Block
                 CAPTURE(r);
                 CAPTURE(b);
                 const Block& block = w[(16 * t + r) * blocks + b];
-                const std::uint8_t* scales = base + t * 3 * unit_bytes + b / unit.blocks * unit_bytes + unit.blocks * unit.code_bytes +
-                                             b % unit.blocks * unit.scale_bytes;
+                const std::uint8_t* scales = packed_sample.unit_of(t, b) + unit.blocks * unit.code_bytes + b % unit.blocks * unit.scale_bytes;
                 if constexpr (std::is_same_v<Block, qk::block_mxfp4>) {
                     CHECK(scales[r] == block.e);
                 } else if constexpr (std::is_same_v<Block, qk::block_nvfp4>) {
@@ -219,21 +241,20 @@ int gguf_element(const Block& block, std::size_t g, std::size_t j)
 TEST_CASE_TEMPLATE("packed tiles place each code where packed.hpp's layout comment says", Block, qk::block_q8_0, qk::block_mxfp4,
                    qk::block_nvfp4, qk::block_iq4_nl, qk::block_iq4_xs)
 {
-    constexpr unit_layout unit = documented_unit<Block>;
+    using sample = unit_sample<Block>;
+    constexpr unit_layout unit = sample::unit;
     constexpr std::size_t groups = unit.code_bytes / (std::is_same_v<Block, qk::block_q8_0> ? 512 : 256);
-    constexpr std::size_t unit_bytes = unit.blocks * (unit.code_bytes + unit.scale_bytes);
-    const std::size_t blocks = 2 * unit.blocks + 1;
+    constexpr std::size_t blocks = sample::blocks;
     const std::size_t rows = 21;
-    const auto w = qk_inputs::random_blocks<Block>(rows * blocks, 91);
-    const qk::packed_matrix<Block> packed(w, rows, blocks * qk::format_traits<Block>::block_size);
-    const std::uint8_t* base = packed.tile(0).bytes;
+    const sample packed_sample(rows, 91);
+    const auto& w = packed_sample.w;
     std::size_t mismatches = 0;
     std::size_t checked = 0;
     for (std::size_t row = 0; row < rows; ++row) {
         const std::size_t t = row / 16;
         const std::size_t r = row % 16;
         for (std::size_t b = 0; b < blocks; ++b) {
-            const std::uint8_t* block_codes = base + t * 3 * unit_bytes + b / unit.blocks * unit_bytes + b % unit.blocks * unit.code_bytes;
+            const std::uint8_t* block_codes = packed_sample.unit_of(t, b) + b % unit.blocks * unit.code_bytes;
             for (std::size_t g = 0; g < groups; ++g) {
                 for (std::size_t j = 0; j < 32; ++j) {
                     const int expected = gguf_element(w[row * blocks + b], g, j);

@@ -130,20 +130,8 @@ template <class Block>
 }
 [[nodiscard]] constexpr bool high_nibble(std::size_t j) noexcept { return j / 4 % 2 == 1; }
 
-// Places element j of row r of a group (its code, or for Q8_0 its value) in the group's bytes.
-template <class Block>
-inline void put_code(std::uint8_t* group, std::size_t r, std::size_t j, int code) noexcept
-{
-    std::uint8_t& byte = group[code_offset<Block>(r, j)];
-    if constexpr (packed_traits<Block>::code_bytes == 512) {
-        byte = static_cast<std::uint8_t>(code + 128);
-    } else {
-        byte = static_cast<std::uint8_t>(byte | (high_nibble(j) ? code << 4 : code));
-    }
-}
-
-// Row r of a code group, whole 32-bit words at a time, as put_code would leave them element by
-// element on zeroed bytes (packing a matrix runs on these):
+// Row r of a code group, whole 32-bit words at a time, each element where code_offset and
+// high_nibble place it (packing a matrix runs on these):
 //  - Q8_0: from the group's 32 values;
 //  - 4-bit: from the 16 bytes holding its 32 codes, in GGUF's order (element j in the low nibble
 //    of byte j, element j + 16 in the high nibble: MXFP4, IQ4_NL, an IQ4_XS group) or, with
@@ -177,7 +165,7 @@ inline void put_nibble_group(std::uint8_t* group, std::size_t r, const std::uint
     }
 }
 
-// Reads back what put_code placed (the generic kernel's decoding).
+// Reads back element j of row r of a group (the generic kernel's decoding).
 template <class Block>
 [[nodiscard]] inline int get_code(const std::uint8_t* group, std::size_t r, std::size_t j) noexcept
 {
@@ -296,11 +284,10 @@ private:
         // Padding rows: Q8_0's zero is code 128; 4-bit padding keeps code 0 with a zero scale
         // (MXFP4, NVFP4: code 0 is the value 0).
         if constexpr (traits::code_bytes == 512) {
+            constexpr std::int8_t zeros[32] = {};
             for (std::size_t r = count; r < packed_tile_rows; ++r) {
                 for (std::size_t b = 0; b < blocks_; ++b) {
-                    for (std::size_t j = 0; j < 32; ++j) {
-                        detail::put_code<Block>(base + tile::codes_offset(b), r, j, 0);
-                    }
+                    detail::put_q8_0_group(base + tile::codes_offset(b), r, zeros);
                 }
             }
         }
