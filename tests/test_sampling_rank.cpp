@@ -485,6 +485,79 @@ TEST_CASE("sort_by_rank: the order of a comparison sort by (logit high first, id
     }
 }
 
+TEST_CASE("top_k_scan: the k best of a full sort, by chunk maxima and by heap, skipped tokens left out")
+{
+    // Shapes that the chunk maxima handle well and badly: normal logits; ascending and descending
+    // (every chunk maximum at one end of its chunk); mostly ties (the threshold admits thousands);
+    // -inf and NaN in most places (the threshold is -inf: the heap decides); a head of +inf; and
+    // the best tokens skipped, so that fewer than k of those above the threshold remain.
+    std::mt19937 rng(11);
+    int chunked = 0;
+    for (const std::size_t n : {std::size_t{1000}, std::size_t{4099}, std::size_t{32000}}) {
+        for (int kind = 0; kind < 7; ++kind) {
+            std::normal_distribution<float> normal(0.0f, 3.0f);
+            std::vector<float> x(n);
+            for (std::size_t i = 0; i < n; ++i) {
+                const float v = normal(rng);
+                x[i] = kind == 1   ? static_cast<float>(i) * 0.01f
+                       : kind == 2 ? -static_cast<float>(i) * 0.01f
+                       : kind == 3 ? static_cast<float>(rng() % 4)
+                       : kind == 4 ? (i % 5 == 0 ? v : (i % 2 == 0 ? -inf : nan_value))
+                       : kind == 5 && i % 97 == 0 ? inf
+                                   : v;
+            }
+            for (const std::size_t k : {std::size_t{1}, std::size_t{7}, std::size_t{40}, std::size_t{100}, std::size_t{256}, std::size_t{1000}}) {
+                for (const bool skipping : {false, true}) {
+                    // kind 6 skips the 2k best; the others every seventh token.
+                    std::vector<char> skipped(n, 0);
+                    if (skipping) {
+                        std::vector<token_data> all;
+                        for (std::size_t i = 0; i < n; ++i) {
+                            all.push_back({static_cast<std::int32_t>(i), norm(x[i]), 0.0f});
+                        }
+                        std::sort(all.begin(), all.end(), ranks_first);
+                        for (std::size_t i = 0; i < n; ++i) {
+                            skipped[i] = kind == 6 ? 0 : (i % 7 == 3 ? 1 : 0);
+                        }
+                        for (std::size_t j = 0; kind == 6 && j < std::min(n, 2 * k); ++j) {
+                            skipped[static_cast<std::size_t>(all[j].id)] = 1;
+                        }
+                    }
+                    const auto skip = [&skipped](std::size_t i) { return skipped[i] != 0; };
+                    std::vector<token_data> want;
+                    for (std::size_t i = 0; i < n; ++i) {
+                        if (!skip(i)) {
+                            want.push_back({static_cast<std::int32_t>(i), norm(x[i]), 0.0f});
+                        }
+                    }
+                    std::sort(want.begin(), want.end(), ranks_first);
+                    want.resize(std::min(k, want.size()));
+                    std::vector<token_data> got;
+                    sd::top_k_scan<qk::arch::vector_native>(x.data(), n, k, got, skip);
+                    std::vector<token_data> got_generic;
+                    sd::top_k_scan<qk::arch::generic>(x.data(), n, k, got_generic, skip);
+                    CAPTURE(n);
+                    CAPTURE(kind);
+                    CAPTURE(k);
+                    CAPTURE(skipping);
+                    CHECK(difference(got, want, true, false) == "");
+                    CHECK(difference(got_generic, want, true, false) == "");
+                    std::vector<token_data> by_chunks;
+                    if (sd::top_k_by_chunk_maxima<qk::arch::vector_native>(x.data(), n, k, by_chunks, skip)) {
+                        ++chunked;
+                        CHECK(difference(by_chunks, want, true, false) == "");
+                    } else {
+                        CHECK(by_chunks.empty());
+                    }
+                }
+            }
+        }
+    }
+    // Most cases of k small against n take the chunk maxima; -inf-heavy, tie-less skipped heads
+    // and large k take the heap.
+    CHECK(chunked >= 60);
+}
+
 TEST_CASE("min_p then dist over a whole vocabulary: a walk of exact masses in id order over a floor, the list draw otherwise")
 {
     std::uint32_t seed = 501;

@@ -54,7 +54,13 @@ inline constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
     return s[0];
 }
 
-// The largest logit, NaN counted as -inf; -inf when there is none larger.
+// Running maxima (and minima) per lane are kept in this many vectors: each comparison and blend
+// waits on the previous one into the same vector, so a single chain would run at its latency
+// instead of the loads' pace.
+inline constexpr std::size_t extremum_chains = 4;
+
+// The largest logit, NaN counted as -inf; -inf when there is none larger. A largest logit of zero
+// is +0 whichever zero came first, so every order of comparisons (every vector width) agrees.
 template <class Arch>
 [[nodiscard]] float max_logit(const float* x, std::size_t n) noexcept
 {
@@ -63,18 +69,24 @@ template <class Arch>
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
-        V a(minus_infinity);
-        V b(minus_infinity);
-        for (; i + 2 * w <= n; i += 2 * w) {
-            const V u = V::load_unaligned(x + i);
-            const V v = V::load_unaligned(x + i + w);
-            // A comparison is false for NaN, so NaN never replaces the running maximum.
-            a = xsimd::select(u > a, u, a);
-            b = xsimd::select(v > b, v, b);
+        std::array<V, extremum_chains> high;
+        high.fill(V(minus_infinity));
+        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
+            for (std::size_t c = 0; c < extremum_chains; ++c) {
+                const V v = V::load_unaligned(x + i + c * w);
+                // A comparison is false for NaN, so NaN never replaces the running maximum.
+                high[c] = xsimd::select(v > high[c], v, high[c]);
+            }
         }
-        a = xsimd::select(b > a, b, a);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            high[0] = xsimd::select(v > high[0], v, high[0]);
+        }
+        for (std::size_t c = 1; c < extremum_chains; ++c) {
+            high[0] = xsimd::select(high[c] > high[0], high[c], high[0]);
+        }
         alignas(64) float lanes[w];
-        a.store_aligned(lanes);
+        high[0].store_aligned(lanes);
         for (std::size_t l = 0; l < w; ++l) {
             best = lanes[l] > best ? lanes[l] : best;
         }
@@ -82,11 +94,11 @@ template <class Arch>
     for (; i < n; ++i) {
         best = x[i] > best ? x[i] : best;
     }
-    return best;
+    return best + 0.0f; // -0 + 0 is +0; every other value is unchanged
 }
 
-// max_logit, and the smallest logit above -inf (NaN ignored; +inf when there is none), in the
-// same pass.
+// max_logit, and the smallest logit above -inf (NaN ignored; +inf when there is none; a zero as
+// +0), in the same pass.
 template <class Arch>
 [[nodiscard]] float max_logit(const float* x, std::size_t n, float& lowest) noexcept
 {
@@ -96,18 +108,31 @@ template <class Arch>
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
-        V high(minus_infinity);
-        V low(least);
+        std::array<V, extremum_chains> high;
+        std::array<V, extremum_chains> low;
+        high.fill(V(minus_infinity));
+        low.fill(V(least));
+        // Comparisons are false for NaN, so NaN replaces neither.
+        const auto take = [](const V& v, V& h, V& l) {
+            h = xsimd::select(v > h, v, h);
+            l = xsimd::select(v < l && v > V(minus_infinity), v, l);
+        };
+        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
+            for (std::size_t c = 0; c < extremum_chains; ++c) {
+                take(V::load_unaligned(x + i + c * w), high[c], low[c]);
+            }
+        }
         for (; i + w <= n; i += w) {
-            const V v = V::load_unaligned(x + i);
-            // Comparisons are false for NaN, so NaN replaces neither.
-            high = xsimd::select(v > high, v, high);
-            low = xsimd::select(v < low && v > V(minus_infinity), v, low);
+            take(V::load_unaligned(x + i), high[0], low[0]);
+        }
+        for (std::size_t c = 1; c < extremum_chains; ++c) {
+            high[0] = xsimd::select(high[c] > high[0], high[c], high[0]);
+            low[0] = xsimd::select(low[c] < low[0], low[c], low[0]);
         }
         alignas(64) float high_lanes[w];
         alignas(64) float low_lanes[w];
-        high.store_aligned(high_lanes);
-        low.store_aligned(low_lanes);
+        high[0].store_aligned(high_lanes);
+        low[0].store_aligned(low_lanes);
         for (std::size_t l = 0; l < w; ++l) {
             best = high_lanes[l] > best ? high_lanes[l] : best;
             least = low_lanes[l] < least ? low_lanes[l] : least;
@@ -117,8 +142,8 @@ template <class Arch>
         best = x[i] > best ? x[i] : best;
         least = x[i] < least && x[i] > minus_infinity ? x[i] : least;
     }
-    lowest = least;
-    return best;
+    lowest = least + 0.0f;
+    return best + 0.0f;
 }
 
 // (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
@@ -140,20 +165,35 @@ template <class Arch>
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
-        V low(lo);
-        V high(hi);
+        std::array<V, extremum_chains> low;
+        std::array<V, extremum_chains> high;
+        low.fill(V(lo));
+        high.fill(V(hi));
         auto bad = V(0.0f) != V(0.0f);
-        for (; i + w <= n; i += w) {
-            const V v = V::load_unaligned(x + i);
+        // Which of two zeros min and max keep, and what they give for NaN, differ between
+        // instruction sets: NaN fails the range anyway, and a zero end is made +0 below.
+        const auto take = [&bad](const V& v, V& l, V& h) {
             bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
-            low = xsimd::min(low, v);
-            high = xsimd::max(high, v);
+            l = xsimd::min(l, v);
+            h = xsimd::max(h, v);
+        };
+        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
+            for (std::size_t c = 0; c < extremum_chains; ++c) {
+                take(V::load_unaligned(x + i + c * w), low[c], high[c]);
+            }
+        }
+        for (; i + w <= n; i += w) {
+            take(V::load_unaligned(x + i), low[0], high[0]);
+        }
+        for (std::size_t c = 1; c < extremum_chains; ++c) {
+            low[0] = xsimd::min(low[0], low[c]);
+            high[0] = xsimd::max(high[0], high[c]);
         }
         ok = !xsimd::any(bad);
         alignas(64) float l[w];
         alignas(64) float h[w];
-        low.store_aligned(l);
-        high.store_aligned(h);
+        low[0].store_aligned(l);
+        high[0].store_aligned(h);
         for (std::size_t j = 0; j < w; ++j) {
             lo = l[j] < lo ? l[j] : lo;
             hi = h[j] > hi ? h[j] : hi;
@@ -164,8 +204,8 @@ template <class Arch>
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
     }
-    lowest = lo;
-    highest = hi;
+    lowest = lo + 0.0f;
+    highest = hi + 0.0f;
     return ok && hi < std::numeric_limits<float>::infinity(); // a +inf is the maximum: checked once
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -687,59 +727,6 @@ inline void sort_by_rank(std::vector<token_data>& l, std::vector<std::uint64_t>&
     }
 }
 
-// The k best (by ranks_before) of x[0 .. n), NaN counted as -inf, sorted best first into `out`.
-// Indices for which skip(i) is true are left out (the caller adds their current values itself).
-// A heap of k elements whose worst is compared against whole vectors at once: on real logits few
-// elements beat the k-th best, so the pass runs at the speed of loading the logits.
-template <class Arch, class Skip>
-void top_k_scan(const float* x, std::size_t n, std::size_t k, std::vector<token_data>& out, Skip&& skip)
-{
-    out.clear();
-    if (k == 0) {
-        return;
-    }
-    const auto worst_first = [](const token_data& a, const token_data& b) { return ranks_before(a, b); };
-    std::size_t i = 0;
-    for (; i < n && out.size() < k; ++i) {
-        if (!skip(i)) {
-            const float v = x[i] == x[i] ? x[i] : minus_infinity;
-            out.push_back({static_cast<std::int32_t>(i), v, 0.0f});
-            std::push_heap(out.begin(), out.end(), worst_first);
-        }
-    }
-    if (out.size() < k) {
-        std::sort_heap(out.begin(), out.end(), worst_first);
-        return;
-    }
-    float threshold = out.front().logit;
-    // Elements scanned from here on have larger ids than any in the heap, so they must be strictly
-    // larger than the worst to replace it.
-    const auto offer = [&](std::size_t j) {
-        if (x[j] > threshold && !skip(j)) {
-            std::pop_heap(out.begin(), out.end(), worst_first);
-            out.back() = {static_cast<std::int32_t>(j), x[j], 0.0f};
-            std::push_heap(out.begin(), out.end(), worst_first);
-            threshold = out.front().logit;
-        }
-    };
-    if constexpr (!is_scalar<Arch>) {
-        using V = xsimd::batch<float, simd_of<Arch>>;
-        constexpr std::size_t w = V::size;
-        for (; i + 2 * w <= n; i += 2 * w) {
-            const V t(threshold);
-            if (xsimd::any((V::load_unaligned(x + i) > t) || (V::load_unaligned(x + i + w) > t))) {
-                for (std::size_t j = i; j < i + 2 * w; ++j) {
-                    offer(j);
-                }
-            }
-        }
-    }
-    for (; i < n; ++i) {
-        offer(i);
-    }
-    std::sort_heap(out.begin(), out.end(), worst_first);
-}
-
 // How many of x[0 .. n) are at least `threshold` (never NaN).
 template <class Arch>
 [[nodiscard]] std::size_t count_at_least(const float* x, std::size_t n, float threshold) noexcept
@@ -851,6 +838,99 @@ void filter_at_least(const float* x, std::size_t n, float threshold, std::vector
 {
     filter_at_least<Arch>(x, n, threshold, count_at_least<Arch>(x, n, threshold), out);
 }
+
+// top_k_scan's selection for many tokens and a small k: the k-th largest of the maxima of at
+// least 2k chunks of the tokens is a threshold that at least k tokens reach (each of the k chunks
+// whose maximum is at least it has one), and on real logits not many more than k: one pass for
+// the maxima and one filtering pass, then the few above it are sorted, where the heap pays a
+// branch and a heap update for every token that beats the running k-th best (thousands of them
+// over 32k logits with k in the hundreds). False, with `out` empty, when fewer than k tokens that
+// are not skipped reach it (or it is -inf): top_k_scan's heap decides then.
+template <class Arch, class Skip>
+[[nodiscard]] bool top_k_by_chunk_maxima(const float* x, std::size_t n, std::size_t k, std::vector<token_data>& out, Skip& skip)
+{
+    constexpr std::size_t granule = 16;
+    const std::size_t size = std::max(granule, n / (4 * k) / granule * granule);
+    const std::size_t chunks = n / size;
+    out.clear();
+    if (chunks < 2 * k) {
+        return false;
+    }
+    out.resize(chunks); // the maxima in the logit fields, until the filter below
+    for (std::size_t c = 0; c < chunks; ++c) {
+        out[c].logit = max_logit<Arch>(x + c * size, size);
+    }
+    const auto higher = [](const token_data& a, const token_data& b) { return a.logit > b.logit; };
+    std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k - 1), out.end(), higher);
+    const float threshold = out[k - 1].logit;
+    out.clear();
+    if (!(threshold > minus_infinity)) {
+        return false;
+    }
+    filter_at_least<Arch>(x, n, threshold, out);
+    std::erase_if(out, [&skip](const token_data& t) { return skip(static_cast<std::size_t>(t.id)); });
+    if (out.size() < k) {
+        out.clear();
+        return false;
+    }
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), out.end(), ranks_before);
+    out.resize(k);
+    return true;
+}
+
+// The k best (by ranks_before) of x[0 .. n), NaN counted as -inf, sorted best first into `out`.
+// Indices for which skip(i) is true are left out (the caller adds their current values itself).
+// A heap of k elements whose worst is compared against whole vectors at once: on real logits few
+// elements beat the k-th best, so the pass runs at the speed of loading the logits.
+template <class Arch, class Skip>
+void top_k_scan(const float* x, std::size_t n, std::size_t k, std::vector<token_data>& out, Skip&& skip)
+{
+    out.clear();
+    if (k == 0 || top_k_by_chunk_maxima<Arch>(x, n, k, out, skip)) {
+        return;
+    }
+    const auto worst_first = [](const token_data& a, const token_data& b) { return ranks_before(a, b); };
+    std::size_t i = 0;
+    for (; i < n && out.size() < k; ++i) {
+        if (!skip(i)) {
+            const float v = x[i] == x[i] ? x[i] : minus_infinity;
+            out.push_back({static_cast<std::int32_t>(i), v, 0.0f});
+            std::push_heap(out.begin(), out.end(), worst_first);
+        }
+    }
+    if (out.size() < k) {
+        std::sort_heap(out.begin(), out.end(), worst_first);
+        return;
+    }
+    float threshold = out.front().logit;
+    // Elements scanned from here on have larger ids than any in the heap, so they must be strictly
+    // larger than the worst to replace it.
+    const auto offer = [&](std::size_t j) {
+        if (x[j] > threshold && !skip(j)) {
+            std::pop_heap(out.begin(), out.end(), worst_first);
+            out.back() = {static_cast<std::int32_t>(j), x[j], 0.0f};
+            std::push_heap(out.begin(), out.end(), worst_first);
+            threshold = out.front().logit;
+        }
+    };
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        for (; i + 2 * w <= n; i += 2 * w) {
+            const V t(threshold);
+            if (xsimd::any((V::load_unaligned(x + i) > t) || (V::load_unaligned(x + i + w) > t))) {
+                for (std::size_t j = i; j < i + 2 * w; ++j) {
+                    offer(j);
+                }
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        offer(i);
+    }
+    std::sort_heap(out.begin(), out.end(), worst_first);
+}
+
 
 } // namespace qk::sampling::detail
 
