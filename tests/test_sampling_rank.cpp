@@ -315,6 +315,76 @@ TEST_CASE("rank histogram: buckets of 2^17 logits and more are folded before a 6
     }
 }
 
+TEST_CASE("rank histogram without masses by bucket: counts through a bucket, the k-th token's bucket, the masses up to it")
+{
+    // top_k's prefix pass: each token's bucket and the total mass only, then counts of the tokens
+    // through a bucket (binary search for the k-th) and the masses of the buckets up to it,
+    // against a walk in id order. 2^17 + 40007 tokens: add_masses_through folds once on the way.
+    for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{4099}, (std::size_t{1} << 17) + 40007}) {
+        for (int kind = 0; kind < 5; ++kind) {
+            auto x = vocabulary(n, static_cast<std::uint32_t>(n + 10 * kind), kind);
+            for (float& v : x) {
+                v = norm(v) == -inf ? -30.0f : v; // finite logits, as top_k's prefix takes them
+            }
+            const float max = sd::max_logit<qk::arch::generic>(x.data(), n);
+            std::vector<mass_ref> bucket_ref(sd::rank_histogram::buckets);
+            std::vector<std::size_t> count_ref(sd::rank_histogram::buckets);
+            std::vector<std::uint16_t> position_ref(n);
+            mass_ref total_ref = 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                const float d = (max - x[i]) * 32.0f;
+                const auto b = static_cast<std::size_t>(d < 1023.0f ? d : 1023.0f);
+                const mass_ref m = mass_of_ref(d_exp(x[i] - max));
+                bucket_ref[b] += m;
+                count_ref[b] += 1;
+                position_ref[i] = static_cast<std::uint16_t>(b);
+                total_ref += m;
+            }
+            const auto check = [&]<class Tag>(Tag) {
+                std::vector<float> e(n);
+                float lowest = 0.0f;
+                sd::rank_histogram h;
+                const sd::mass_t total = sd::exp_mass_histogram<Tag>(x.data(), n, max, 32.0f, e.data(), lowest, h, nullptr, false);
+                CHECK(total == total_ref);
+                CHECK(std::equal(position_ref.begin(), position_ref.end(), h.bucket_of.begin()));
+                CHECK(std::all_of(h.mass.begin(), h.mass.end(), [](sd::mass_t m) { return m == 0; }));
+                std::size_t through = 0;
+                std::size_t wrong_counts = 0;
+                for (std::size_t b = 0; b < sd::rank_histogram::buckets; b += 1 + b / 8) {
+                    through = 0;
+                    for (std::size_t c = 0; c <= b; ++c) {
+                        through += count_ref[c];
+                    }
+                    wrong_counts += sd::count_through<Tag>(h, n, b) == through ? 0 : 1;
+                }
+                CHECK(wrong_counts == 0);
+                for (const std::size_t k : {std::size_t{1}, n / 7 + 1, n / 2 + 1, n}) {
+                    std::size_t b_ref = 0;
+                    std::size_t before_ref = 0;
+                    while (before_ref + count_ref[b_ref] < k) {
+                        before_ref += count_ref[b_ref++];
+                    }
+                    std::size_t before = 0;
+                    CHECK(sd::bucket_of_count<Tag>(h, n, k, before) == b_ref);
+                    CHECK(before == before_ref);
+                    sd::rank_histogram added = h;
+                    sd::add_masses_through<Tag>(added, e.data(), n, b_ref);
+                    for (std::size_t b = 0; b < sd::rank_histogram::buckets; ++b) {
+                        if (added.mass[b] != (b <= b_ref ? bucket_ref[b] : 0)) {
+                            FAIL_CHECK("bucket " << b << " of " << b_ref);
+                            break;
+                        }
+                    }
+                }
+            };
+            CAPTURE(n);
+            CAPTURE(kind);
+            check(qk::arch::vector_native{});
+            check(qk::arch::generic{});
+        }
+    }
+}
+
 TEST_CASE("top_p then dist over a whole vocabulary: the token a sorted walk of exact masses draws")
 {
     std::uint32_t seed = 77;

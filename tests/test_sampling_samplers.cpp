@@ -673,7 +673,9 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
         if (input.x.size() > 5000) {
             continue;
         }
-        for (const float tau : {1.0f, 3.0f, 5.0f}) {
+        // tau 30: mu 60, every token passes (a whole vocabulary of finite logits knows it from
+        // its range, without the weights' pass).
+        for (const float tau : {1.0f, 3.0f, 5.0f, 30.0f}) {
             for (const start s : all_starts) {
                 CAPTURE(input.name);
                 CAPTURE(tau);
@@ -747,6 +749,55 @@ TEST_CASE("mirostat_v2: the candidates with probability at least 2^-mu, draw, an
     CHECK(m.mu() > 2.0f);
 }
 
+
+TEST_CASE("mirostat_v2: on both sides of keeping every token, the count decides as the exact masses do")
+{
+    // The tau (mu = 2 tau) at which the lowest logit's mass just reaches ceil(2^-mu total), found by
+    // bisection on the reference's rule: just below it some token goes, at it every token stays.
+    // Normal logits, and nearly equal ones (every weight close to 1, so the total is close to the
+    // n 2^48 that bounds it before the weights are known).
+    std::mt19937 rng(808);
+    for (const float spread : {1.0f, 1e-3f}) {
+        CAPTURE(spread);
+        std::normal_distribution<float> normal(0.0f, spread);
+        std::vector<float> x(3000);
+        for (float& v : x) {
+            v = normal(rng);
+        }
+        const float max = *std::max_element(x.begin(), x.end());
+        const float lowest = *std::min_element(x.begin(), x.end());
+        mass_ref total = 0;
+        for (const float v : x) {
+            total += mass_of_ref(d_exp(v - max));
+        }
+        const mass_ref weakest = mass_of_ref(d_exp(lowest - max));
+        const auto keeps_all = [&](float tau) { return share_ref(d_pow(2.0f, -2.0f * tau), total) <= weakest; };
+        float below = 1.0f;
+        float above = 40.0f;
+        REQUIRE(!keeps_all(below));
+        REQUIRE(keeps_all(above));
+        while (std::nextafter(below, above) < above) {
+            const float mid = below + (above - below) / 2.0f;
+            (keeps_all(mid) ? above : below) = mid;
+        }
+        for (const float tau : {below, above}) {
+            CAPTURE(tau);
+            qs::mirostat_v2 m(tau, 0.1f, 5);
+            qs::random_source numbers(5, qs::stream::mirostat_v2);
+            qs::candidates c;
+            c.reset(std::span<const float>(x));
+            m.apply(c);
+            if (tau == above) {
+                CHECK(c.whole_vocabulary());
+                std::vector<token_data> l = whole_ref(x).items;
+                CHECK(c.selected() == l[draw_as_dist(l, true, numbers.uniform())].id);
+            } else {
+                CHECK(!c.whole_vocabulary());
+                CHECK(c.size() < x.size());
+            }
+        }
+    }
+}
 
 TEST_CASE("penalties: repeat, frequency and presence over the last last_n tokens")
 {

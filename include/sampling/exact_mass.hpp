@@ -38,13 +38,12 @@ __extension__ using mass_t = unsigned __int128;
 inline constexpr int mass_bits = 48;
 inline constexpr float limb_scale = 16777216.0f; // 2^24
 
+// One scalar conversion: e 2^48 is exact (a power of two) and below 2^49, and truncation is floor,
+// so this equals the limbs' sum (high 2^24 + low) that the vector code without 64-bit
+// conversions adds.
 [[nodiscard]] inline std::uint64_t mass_of(float e) noexcept
 {
-    const float scaled = e * limb_scale; // exact: a power of two
-    const auto high = static_cast<std::uint32_t>(scaled);
-    const float fraction = scaled - static_cast<float>(high); // exact: the low bits of `scaled`
-    const auto low = static_cast<std::uint32_t>(fraction * limb_scale);
-    return (std::uint64_t{high} << 24) + low;
+    return static_cast<std::uint64_t>(e * (limb_scale * limb_scale));
 }
 
 // ceil(p * total) for p in (0, 1), exactly: p is m 2^-s with an integer m below 2^24.

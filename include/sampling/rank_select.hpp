@@ -58,15 +58,32 @@ struct token_arrays {
     float highest = minus_infinity;
 
     // Ends a gather of k tokens into the arrays: their count and the range of their logits.
+    // The range is kept in four pairs of locals: updating the members in the loop stored each
+    // one and waited on the store (they may alias the logits, for all the compiler knows), and one
+    // pair waits on its own comparisons token by token. (Which of two zeros ends up an end may
+    // depend on the order; the searches take the range only to place their thresholds.)
     void close(std::size_t k) noexcept
     {
         count = k;
-        lowest = std::numeric_limits<float>::infinity();
-        highest = minus_infinity;
-        for (std::size_t j = 0; j < k; ++j) {
-            lowest = logit[j] < lowest ? logit[j] : lowest;
-            highest = logit[j] > highest ? logit[j] : highest;
+        constexpr std::size_t chains = 4;
+        std::array<float, chains> low;
+        std::array<float, chains> high;
+        low.fill(std::numeric_limits<float>::infinity());
+        high.fill(minus_infinity);
+        const float* l = logit.data();
+        std::size_t j = 0;
+        for (; j + chains <= k; j += chains) {
+            for (std::size_t c = 0; c < chains; ++c) {
+                low[c] = l[j + c] < low[c] ? l[j + c] : low[c];
+                high[c] = l[j + c] > high[c] ? l[j + c] : high[c];
+            }
         }
+        for (; j < k; ++j) {
+            low[0] = l[j] < low[0] ? l[j] : low[0];
+            high[0] = l[j] > high[0] ? l[j] : high[0];
+        }
+        lowest = std::min({low[0], low[1], low[2], low[3]});
+        highest = std::max({high[0], high[1], high[2], high[3]});
     }
 
     // Empties the arrays, able to take n tokens.
@@ -281,6 +298,7 @@ struct rank_histogram {
     // bucket compares 16-bit numbers instead of recomputing every token's position.
     std::vector<std::uint16_t> bucket_of;
     std::vector<std::uint64_t> partial; // scratch of the pass, kept for its capacity
+    std::vector<std::uint32_t> picked;  // add_masses_through's scratch, likewise
 
     // The bucket as a float in [0, last], whose truncation is the bucket (NaN fails the comparison).
     [[nodiscard]] float position(float v) const noexcept
@@ -334,18 +352,31 @@ public:
         }
     }
 
+    // Adds the masses to the total only, leaving every bucket's 0 (for a search that needs the
+    // counts and the masses of a few buckets: add_masses_through adds those afterwards). Each
+    // mass added to its bucket is a read-modify-write that costs about what counting it does.
+    void total_only() noexcept { by_bucket_ = false; }
+
     void add(const std::uint32_t* bucket, const std::uint64_t* mass, std::size_t count) noexcept
     {
-        std::uint64_t* __restrict partial = h_.partial.data();
         std::size_t j = 0;
-        for (; j + copies <= count; j += copies) {
-            partial[bucket[j]] += mass[j];
-            partial[buckets + bucket[j + 1]] += mass[j + 1];
-            partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
-            partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
-        }
-        for (; j < count; ++j) {
-            partial[bucket[j]] += mass[j];
+        if (by_bucket_) {
+            std::uint64_t* __restrict partial = h_.partial.data();
+            for (; j + copies <= count; j += copies) {
+                partial[bucket[j]] += mass[j];
+                partial[buckets + bucket[j + 1]] += mass[j + 1];
+                partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
+                partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
+            }
+            for (; j < count; ++j) {
+                partial[bucket[j]] += mass[j];
+            }
+        } else {
+            std::uint64_t sum = 0; // a block's masses: below 2^8 * 2^48
+            for (; j < count; ++j) {
+                sum += mass[j];
+            }
+            total_ += sum;
         }
         if (counts_ != nullptr) {
             std::uint32_t* __restrict c = counts_->data();
@@ -365,7 +396,7 @@ public:
         }
         tokens_ += count;
         added_ += count;
-        if (added_ >= fold_every) {
+        if (by_bucket_ && added_ >= fold_every) {
             fold();
             std::fill(h_.partial.begin(), h_.partial.end(), std::uint64_t{0});
             added_ = 0;
@@ -375,13 +406,18 @@ public:
     // The total mass.
     [[nodiscard]] mass_t finish() noexcept
     {
-        fold();
+        if (by_bucket_) {
+            fold();
+        }
         if (counts_ != nullptr) {
             std::uint32_t* c = counts_->data();
             for (std::size_t b = 0; b < buckets; ++b) {
                 c[b] += c[buckets + b] + c[2 * buckets + b] + c[3 * buckets + b];
             }
             counts_->resize(buckets);
+        }
+        if (!by_bucket_) {
+            return total_;
         }
         mass_t total = 0;
         for (const mass_t m : h_.mass) {
@@ -407,6 +443,8 @@ private:
     std::vector<std::uint32_t>* counts_ = nullptr;
     std::size_t tokens_ = 0; // added so far
     std::size_t added_ = 0;  // since the last fold
+    bool by_bucket_ = true;
+    mass_t total_ = 0; // when not by bucket
 };
 
 // The bucket in h and the mass of values v[0 .. count) with weights e (count at most a builder's block).
@@ -463,14 +501,18 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
 
 // exp_mass (e[i] = exp(x[i] - max), stored; the total mass; `lowest` the smallest logit) and, in
 // the same pass, block by block while the block is in cache, the histogram of the masses by logit
-// (top: max) and, when `counts` is not null, the number of tokens in each bucket.
+// (top: max) and, when `counts` is not null, the number of tokens in each bucket. With
+// `masses_by_bucket` false every bucket's mass stays 0 (histogram_builder::total_only).
 template <class Arch>
 [[nodiscard]] mass_t exp_mass_histogram(const float* x, std::size_t n, float max, float per_unit, float* e, float& lowest,
-                                        rank_histogram& h, std::vector<std::uint32_t>* counts = nullptr)
+                                        rank_histogram& h, std::vector<std::uint32_t>* counts = nullptr, bool masses_by_bucket = true)
 {
     constexpr std::size_t block = histogram_builder::block;
     histogram_builder builder(h, max, per_unit, n);
     builder.count_into(counts);
+    if (!masses_by_bucket) {
+        builder.total_only();
+    }
     alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
@@ -485,6 +527,120 @@ template <class Arch>
         builder.add(bucket, mass, count);
     }
     return builder.finish();
+}
+
+// How many of the n tokens that h places (its bucket_of) lie in the buckets up to `last`: a pass
+// of comparisons (AVX-512: 32 at a time from 64-byte boundaries, counted in 16-bit lanes), where
+// counting each bucket in the histogram's pass is a read-modify-write per token; a search by count
+// over the buckets takes ten of these passes for less.
+template <class Arch>
+[[nodiscard]] std::size_t count_through(const rank_histogram& h, std::size_t n, std::size_t last) noexcept
+{
+    const std::uint16_t* bucket_of = h.bucket_of.data();
+    const auto through = static_cast<std::uint16_t>(last);
+    std::size_t count = 0;
+    std::size_t i = 0;
+    const auto one = [&](std::size_t j) { count += bucket_of[j] <= through ? 1 : 0; };
+#if defined(__AVX512BW__)
+    if constexpr (std::is_base_of_v<xsimd::avx512bw, simd_of<Arch>>) {
+        for (; i < n && reinterpret_cast<std::uintptr_t>(bucket_of + i) % 64 != 0; ++i) {
+            one(i);
+        }
+        const __m512i bound = _mm512_set1_epi16(static_cast<short>(through));
+        const __m512i unit = _mm512_set1_epi16(1);
+        while (i + 32 <= n) {
+            // Each 16-bit lane counts at most 2^15 tokens before the lanes are added up.
+            __m512i lanes = _mm512_setzero_si512();
+            for (std::size_t a = 0; a < (std::size_t{1} << 15) && i + 32 <= n; ++a, i += 32) {
+                const __mmask32 in = _mm512_cmple_epu16_mask(_mm512_load_si512(bucket_of + i), bound);
+                lanes = _mm512_mask_add_epi16(lanes, in, lanes, unit);
+            }
+            count += static_cast<std::size_t>(_mm512_reduce_add_epi32(_mm512_madd_epi16(lanes, unit)));
+        }
+    }
+#endif
+    for (; i < n; ++i) {
+        one(i);
+    }
+    return count;
+}
+
+// The first bucket of h (over n tokens) through which at least k tokens lie (k at most n), and in
+// `before` how many lie in the buckets above it: a binary search by count_through.
+template <class Arch>
+[[nodiscard]] std::size_t bucket_of_count(const rank_histogram& h, std::size_t n, std::size_t k, std::size_t& before) noexcept
+{
+    std::size_t low = 0;
+    std::size_t high = rank_histogram::buckets - 1; // every token lies through the last
+    before = 0;                                    // the count through low - 1
+    while (low < high) {
+        const std::size_t mid = (low + high) / 2;
+        const std::size_t count = count_through<Arch>(h, n, mid);
+        if (count >= k) {
+            high = mid;
+        } else {
+            low = mid + 1;
+            before = count;
+        }
+    }
+    return low;
+}
+
+// Adds to h.mass (0 before, and h.partial 0, as exp_mass_histogram leaves them without masses by
+// bucket; it leaves them so) the masses
+// of weights e[0 .. n) by bucket (h.bucket_of) for the buckets up to `last`, as a histogram of
+// them all would hold them; the buckets after it stay 0. The tokens of those buckets are picked
+// first (AVX-512 compresses their indices), so that only they are added.
+template <class Arch>
+void add_masses_through(rank_histogram& h, const float* e, std::size_t n, std::size_t last)
+{
+    const std::uint16_t* bucket_of = h.bucket_of.data();
+    const auto through = static_cast<std::uint16_t>(last);
+    std::vector<std::uint32_t>& picked = h.picked;
+    if (picked.size() < n + 16) {
+        picked.resize(n + 16); // room for a whole vector's store past the last index kept
+    }
+    std::uint32_t* __restrict index = picked.data();
+    std::size_t k = 0;
+    std::size_t i = 0;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    if constexpr (std::is_base_of_v<xsimd::avx512bw, simd_of<Arch>>) {
+        const __m256i bound = _mm256_set1_epi16(static_cast<short>(through));
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (; i + 16 <= n; i += 16) {
+            const __mmask16 in = _mm256_cmple_epu16_mask(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket_of + i)), bound);
+            const __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(i)));
+            _mm512_storeu_si512(index + k, _mm512_maskz_compress_epi32(in, at));
+            k += static_cast<std::size_t>(__builtin_popcount(in));
+        }
+    }
+#endif
+    for (; i < n; ++i) {
+        index[k] = static_cast<std::uint32_t>(i);
+        k += bucket_of[i] <= through ? 1 : 0;
+    }
+    // Added in four 64-bit copies, as histogram_builder adds, and folded every 2^17 tokens.
+    constexpr std::size_t buckets = rank_histogram::buckets;
+    constexpr std::size_t fold_every = std::size_t{1} << 17;
+    std::uint64_t* __restrict partial = h.partial.data();
+    mass_t* mass = h.mass.data();
+    for (std::size_t begin = 0; begin < k; begin += fold_every) {
+        const std::size_t end = std::min(k, begin + fold_every);
+        std::size_t j = begin;
+        for (; j + 4 <= end; j += 4) {
+            partial[bucket_of[index[j]]] += mass_of(e[index[j]]);
+            partial[buckets + bucket_of[index[j + 1]]] += mass_of(e[index[j + 1]]);
+            partial[2 * buckets + bucket_of[index[j + 2]]] += mass_of(e[index[j + 2]]);
+            partial[3 * buckets + bucket_of[index[j + 3]]] += mass_of(e[index[j + 3]]);
+        }
+        for (; j < end; ++j) {
+            partial[bucket_of[index[j]]] += mass_of(e[index[j]]);
+        }
+        for (std::size_t b = 0; b <= last; ++b) {
+            mass[b] += mass_t{partial[b]} + partial[buckets + b] + partial[2 * buckets + b] + partial[3 * buckets + b];
+            partial[b] = partial[buckets + b] = partial[2 * buckets + b] = partial[3 * buckets + b] = 0;
+        }
+    }
 }
 
 // distance_keys (typical's keys -|center - x[i]|, stored, and their range) and, in the same pass,

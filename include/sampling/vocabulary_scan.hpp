@@ -880,8 +880,10 @@ template <class Arch, class Skip>
 
 // The k best (by ranks_before) of x[0 .. n), NaN counted as -inf, sorted best first into `out`.
 // Indices for which skip(i) is true are left out (the caller adds their current values itself).
-// A heap of k elements whose worst is compared against whole vectors at once: on real logits few
-// elements beat the k-th best, so the pass runs at the speed of loading the logits.
+// Many tokens against a small k: top_k_by_chunk_maxima. Otherwise (or when that finds too few) a
+// heap of k elements whose worst is compared against whole vectors at once: on real logits few
+// elements beat the k-th best once the heap is full, so the pass mostly runs at the speed of
+// loading the logits.
 template <class Arch, class Skip>
 void top_k_scan(const float* x, std::size_t n, std::size_t k, std::vector<token_data>& out, Skip&& skip)
 {

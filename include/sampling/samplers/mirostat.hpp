@@ -21,7 +21,8 @@
 // takes the selected token's probability as its exact mass over the floor's. A floor keeps the
 // last one's ties with it: v1 then keeps more than k when logits tie at the k-th. Over a whole
 // vocabulary nothing is sorted beyond the k kept: v1 takes its m best with a top-k scan, v2
-// counts the passing tokens in a pass over the weights, and keeping k is top_k's.
+// counts the passing tokens in a pass over the weights (skipped when the range of finite logits
+// already shows that every token passes), and keeping k is top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
 // on accept(), not in apply(), so a step never accepted leaves it alone. v1 skips a pair with
 // p_(i+1) = 0, which llama.cpp lets make s infinite and k 1, and keeps everything for a k that is
@@ -245,8 +246,16 @@ public:
         if (c.whole_vocabulary()) {
             const float* x = c.vocabulary_logits();
             float finite_lowest = 0.0f;
-            const float max = detail::max_logit<arch::vector_native>(x, size, finite_lowest);
+            float max = 0.0f;
+            const bool finite = detail::finite_range<arch::vector_native>(x, size, finite_lowest, max);
+            if (!finite) {
+                max = detail::max_logit<arch::vector_native>(x, size, finite_lowest);
+            }
             c.check_max(max);
+            if (finite && everything_passes(max, finite_lowest, size, least)) {
+                state_.select(c, u); // what the count below would find: every token kept
+                return;
+            }
             float* weights = c.weights_buffer();
             float lowest = 0.0f;
             const detail::mass_t total = detail::exp_mass<arch::vector_native>(x, size, max, weights, lowest);
@@ -304,6 +313,18 @@ public:
     }
 
 private:
+    // Whether every token of a vocabulary of finite logits from `lowest` to `max` passes, known
+    // without the weights' pass: the total mass is at most n 2^48, so the share it asks for is at
+    // most share_of(least, n 2^48), and every weight is at least the lowest logit's (exp is within
+    // 2 ulp of a monotone function: the margin of 2^-20 covers its steps). When mu has grown, as a
+    // peaky distribution makes it, every step keeps everything, and this spares that pass.
+    [[nodiscard]] static bool everything_passes(float max, float lowest, std::size_t n, float least) noexcept
+    {
+        const detail::mass_t most = share_of(least, detail::mass_t{n} << detail::mass_bits);
+        const float weakest = detail::opaque(detail::exp(lowest - max) * (1.0f - 0x1.0p-20f));
+        return detail::mass_t{detail::mass_of(weakest)} >= most;
+    }
+
     // The least mass that has probability `least`: ceil(least total); the total when least >= 1
     // (at most a token holding all the mass passes, and one is kept anyway); 0 when least is 0
     // or NaN (mu beyond the float range: everything passes).

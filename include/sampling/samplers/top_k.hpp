@@ -74,9 +74,12 @@ inline constexpr std::size_t prefix_top_k_from = 2048;
 inline constexpr std::size_t prefix_top_k_share = 32;
 
 // The k best of a whole vocabulary of finite logits as a prefix (candidates::form::prefix, as
-// top_p leaves it): every weight, the total mass and the histogram by logit (with each bucket's
-// count) in one pass, the bucket of the k-th best from the counts, its tokens sorted to find it
-// and the mass through it. False (nothing changed) when a logit is infinite or NaN.
+// top_p leaves it): every weight, the total mass and each token's bucket of the histogram by logit
+// in one pass, the bucket of the k-th best by a search over counts of tokens through a bucket,
+// the masses of the buckets up to it (add_masses_through: the draw over the prefix walks no
+// further), its tokens sorted to find the k-th best and the mass through it. No mass or count is
+// added bucket by bucket for the whole vocabulary: each would cost a read-modify-write per token.
+// False (nothing changed) when a logit is infinite or NaN.
 inline bool keep_top_k_prefix(candidates& c, std::size_t k)
 {
     const float* x = c.vocabulary_logits();
@@ -91,16 +94,14 @@ inline bool keep_top_k_prefix(candidates& c, std::size_t k)
     const float per_unit = rank_histogram::unit_for(max - std::max(least, max - weightless_below));
     float* weights = c.weights_buffer();
     float lowest = 0.0f;
-    std::vector<std::uint32_t>& counts = c.rank_scratch().counts;
-    const mass_t total = exp_mass_histogram<arch::vector_native>(x, n, max, per_unit, weights, lowest, c.rank_histogram(), &counts);
-    const rank_histogram& h = c.rank_histogram();
-    std::size_t b = 0;
+    rank_histogram& h = c.rank_histogram();
+    const mass_t total = exp_mass_histogram<arch::vector_native>(x, n, max, per_unit, weights, lowest, h, nullptr, false);
     std::size_t before = 0; // tokens in the buckets above b
-    mass_t mass = 0;        // and their mass
-    while (before + counts[b] < k) {
-        before += counts[b];
-        mass += h.mass[b];
-        ++b;
+    const std::size_t b = bucket_of_count<arch::vector_native>(h, n, k, before);
+    add_masses_through<arch::vector_native>(h, weights, n, b);
+    mass_t mass = 0; // of the buckets above b
+    for (std::size_t above = 0; above < b; ++above) {
+        mass += h.mass[above];
     }
     token_arrays& in_bucket = c.rank_scratch().ranges[0];
     in_bucket.clear(n);
