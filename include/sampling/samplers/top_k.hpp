@@ -132,8 +132,8 @@ inline void keep_top_k(candidates& c, std::size_t k)
         const auto n = static_cast<std::size_t>(c.vocab_size());
         if (c.current() == candidates::form::view && !c.patches().empty()) {
             // Changed logits are left out of the scan and offered afterwards with their new values.
-            top_k_scan<arch::vector_native>(c.base(), n, k, out,
-                                            [&c](std::size_t i) { return c.patched(static_cast<std::int32_t>(i)); });
+            top_k_scan<arch::vector_native>(
+                c.base(), n, k, out, [&c](std::size_t i) { return c.patched(static_cast<std::int32_t>(i)); }, c.patches().size());
             for (const auto& [id, value] : c.patches()) {
                 const token_data t{id, value == value ? value : minus_infinity, 0.0f};
                 if (out.size() == k) {
