@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <random>
 #include <span>
 #include <string>
@@ -518,6 +519,57 @@ TEST_CASE("xtc: removes the likely candidates but the least likely of them")
     }
 }
 
+
+TEST_CASE("xtc over a whole vocabulary: the bounds of the total mass hold it, and shares at their edge take the exact total")
+{
+    for (const std::size_t n : {std::size_t{2}, std::size_t{1000}, std::size_t{5000}, std::size_t{70001}}) {
+        auto x = qk_inputs::normal(n, 1.0f, static_cast<std::uint32_t>(n));
+        for (std::size_t i = 0; i < std::min<std::size_t>(4, n); ++i) {
+            x[i * (n / 4)] += 9.0f - static_cast<float>(i) * 0.5f;
+        }
+        CAPTURE(n);
+        const float max = *std::max_element(x.begin(), x.end());
+        mass_ref total = 0;
+        std::vector<mass_ref> masses(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            masses[i] = mass_of_ref(d_exp(x[i] - max));
+            total += masses[i];
+        }
+        // The bounds, on the widest tag and the scalar one: around the exact total, and within
+        // 1.5e-4 of it (the scalar sum's one lane adds a whole chunk of 1024 floats: 6.2e-5 either way).
+        const auto bounded = [&]<class Tag>(Tag) {
+            qs::detail::mass_t low = 0;
+            qs::detail::mass_t high = 0;
+            qs::detail::exp_mass_bounds<Tag>(x.data(), n, max, low, high);
+            CHECK(low <= total);
+            CHECK(total <= high);
+            CHECK(static_cast<double>(high - low) <= 1.5e-4 * static_cast<double>(total));
+        };
+        bounded(qk::arch::vector_native{});
+        bounded(qk::arch::generic{});
+        // Thresholds at the edge of a token's share of the total (its mass over the total, and the
+        // floats next to it): the tokens of mass at least ceil(threshold total) pass, exactly.
+        std::vector<std::size_t> order(n);
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+        for (std::size_t j = 0; j < std::min<std::size_t>(3, n); ++j) {
+            const auto edge = static_cast<float>(static_cast<double>(masses[order[j]]) / static_cast<double>(total));
+            for (const float threshold : {std::nextafter(edge, 0.0f), edge, std::nextafter(edge, 1.0f)}) {
+                if (threshold > 0.5f) {
+                    continue;
+                }
+                CAPTURE(j);
+                CAPTURE(threshold);
+                qs::candidates c;
+                c.reset(std::span<const float>(x));
+                qs::xtc sampler(1.0f, threshold, 1, 1);
+                sampler.apply(c);
+                qs::random_source numbers(1, qs::stream::xtc);
+                check_set(c, ref_xtc(whole_ref(x), 1.0f, threshold, 1, [&numbers] { return numbers.uniform(); }));
+            }
+        }
+    }
+}
 
 namespace {
 

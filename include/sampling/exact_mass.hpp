@@ -221,6 +221,55 @@ template <class Arch>
     return total;
 }
 
+// Bounds on exp_mass's total without its exact sum: low <= total <= high, from the weights
+// exp(x[i] - max) added in float lanes chunk by chunk (chunk_size of them: at most
+// chunk_size / w additions per lane, a few more to add the lanes up) and the chunks in double,
+// so within a relative (chunk_size / w + 8) 2^-24 of their real sum; each mass is its weight
+// 2^48 less a fraction, so the total lies at most n below that. The pass costs what a plain exp
+// pass does, where the exact masses convert every weight to an integer; a sampler that compares
+// a few masses with a share of the total decides from the bounds when they settle it.
+template <class Arch>
+void exp_mass_bounds(const float* x, std::size_t n, float max, mass_t& low, mass_t& high) noexcept
+{
+    constexpr std::size_t w = [] {
+        if constexpr (is_scalar<Arch>) {
+            return std::size_t{1};
+        } else {
+            return simd_float<Arch>::size;
+        }
+    }();
+    double sum = 0;
+    for (std::size_t begin = 0; begin < n; begin += chunk_size) {
+        const std::size_t end = std::min(n, begin + chunk_size);
+        std::size_t i = begin;
+        float chunk = 0.0f;
+        if constexpr (!is_scalar<Arch>) {
+            using V = simd_float<Arch>;
+            const V m(max);
+            V lanes(0.0f);
+            for (; i + w <= end; i += w) {
+                lanes += exp(V::load_unaligned(x + i) - m);
+            }
+            chunk = xsimd::hadd(lanes);
+        }
+        for (; i < end; ++i) {
+            chunk += exp(x[i] - max);
+        }
+        sum += static_cast<double>(chunk);
+    }
+    // Relative error of the float sums, with room for the double additions and the products below.
+    constexpr double error = static_cast<double>(chunk_size / w + 16) * 0x1.0p-24;
+    const double scaled = sum * 0x1.0p48; // below 2^31 * 2^48: a double holds the integers
+    const auto to_mass = [](double v) {
+        const double whole = std::floor(v);
+        const double upper = std::floor(whole * 0x1.0p-64);
+        return (mass_t{static_cast<std::uint64_t>(upper)} << 64) + static_cast<std::uint64_t>(whole - upper * 0x1.0p64);
+    };
+    high = to_mass(scaled * (1.0 + error)) + 1;
+    const double least = scaled * (1.0 - error) - static_cast<double>(n) - 1.0;
+    low = least > 0.0 ? to_mass(least) : 0;
+}
+
 // exp_mass and, in the same pass (block by block, while a block is in cache), typical's moments
 // of those weights: vocabulary_scan.hpp's typical_moments, the same lanes in the same order.
 template <class Arch>

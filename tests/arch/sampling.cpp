@@ -227,6 +227,18 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                     sd::top_k_scan<reference>(x, n, k, top_ref, skip);
                     CHECK(top == top_ref);
                 }
+                // xtc's bounds on the exact total mass hold it on this width too.
+                if (max > -inf && max < inf) {
+                    sd::mass_t exact = 0;
+                    for (std::size_t i = 0; i < n; ++i) {
+                        exact += sd::mass_of(sd::exp(x[i] - max));
+                    }
+                    sd::mass_t low = 0;
+                    sd::mass_t high = 0;
+                    sd::exp_mass_bounds<tag>(x, n, max, low, high);
+                    CHECK(low <= exact);
+                    CHECK(exact <= high);
+                }
                 for (const float threshold : {-inf, 0.0f, 1.5f, max}) {
                     // Appended after what the list holds, in id order: a plain loop's list.
                     const qk::sampling::token_data before{-7, 2.5f, 0.25f};

@@ -6,8 +6,9 @@
 // Probabilities are compared as exact masses (exact_mass.hpp): a candidate passes when the mass of
 // its weight exp(logit - max) reaches ceil(threshold * total), so no order of float additions
 // decides it. Over a whole vocabulary the removed tokens' logits become -inf and the set stays
-// whole: a max pass, an exact-mass pass and a top-k scan for the (at most 1 / threshold) that
-// pass; a list loses them in place.
+// whole: a max pass, an exp pass that bounds the total mass (the exact total is added up only when
+// a token's mass lies between the shares of the two bounds) and a top-k scan for the (at most
+// 1 / threshold) that pass; a list loses them in place.
 // Differs from llama.cpp (llama_sample_xtc_apply): the chance is a double from qkern's generator
 // (random.hpp) instead of std::uniform_real_distribution<float> over std::mt19937; the threshold
 // is compared with exact masses, not with float probabilities from a sorted softmax; equal logits
@@ -107,13 +108,19 @@ private:
         return threshold_ > 0.0f ? detail::mass_share(threshold_, total) : 0;
     }
 
-    // A whole vocabulary: the passing tokens are the best few, found by a top-k scan.
+    // A whole vocabulary: the passing tokens are the best few, found by a top-k scan. The total
+    // mass is first bounded (exp_mass_bounds, a plain exp pass); the exact total is added up only
+    // when a token's mass lies between the shares of the two bounds (a relative window of about
+    // 1e-5), or the threshold passes too many for a scan.
     void apply_whole(candidates& c)
     {
         const float* x = c.vocabulary_logits();
         const auto n = static_cast<std::size_t>(c.vocab_size());
         const float max = detail::max_logit<arch::vector_native>(x, n);
         c.check_max(max);
+        if (apply_bounded(c, x, n, max)) {
+            return;
+        }
         float lowest = 0.0f;
         const detail::mass_t total = detail::exp_mass<arch::vector_native>(x, n, max, nullptr, lowest);
         const detail::mass_t share = passing_mass(total);
@@ -154,6 +161,39 @@ private:
         for (std::size_t i = 0; i + 1 < passing; ++i) {
             c.set_logit(best_[i].id, detail::minus_infinity);
         }
+    }
+
+    // apply_whole from bounds on the total mass; false (nothing changed) when they do not settle
+    // which tokens pass.
+    bool apply_bounded(candidates& c, const float* x, std::size_t n, float max)
+    {
+        detail::mass_t low = 0;
+        detail::mass_t high = 0;
+        detail::exp_mass_bounds<arch::vector_native>(x, n, max, low, high);
+        const detail::mass_t least_share = passing_mass(low);
+        const detail::mass_t most_share = passing_mass(high); // shares grow with the total
+        if (least_share == 0 || high / least_share > most_scanned) {
+            return false;
+        }
+        const auto most = static_cast<std::size_t>(high / least_share);
+        detail::top_k_scan<arch::vector_native>(x, n, most, best_, [](std::size_t) { return false; });
+        std::size_t passing = 0;
+        for (; passing < best_.size(); ++passing) {
+            const detail::mass_t mass = detail::mass_of(detail::exp(best_[passing].logit - max));
+            if (mass < least_share) {
+                break; // fails the share of any total within the bounds
+            }
+            if (mass < most_share) {
+                return false; // passes or fails depending on the exact total
+            }
+        }
+        if (passing < 2 || n - (passing - 1) < min_keep_) {
+            return true;
+        }
+        for (std::size_t i = 0; i + 1 < passing; ++i) {
+            c.set_logit(best_[i].id, detail::minus_infinity);
+        }
+        return true;
     }
 
     float probability_;
