@@ -91,13 +91,19 @@ inline constexpr float limb_scale = 16777216.0f; // 2^24
     return static_cast<double>(m);
 }
 
+// floor(v) as a mass, for 0 <= v below 2^128 (a double that large holds an integer exactly).
+[[nodiscard]] inline mass_t mass_floor(double v) noexcept
+{
+    const double whole = std::floor(v);
+    const double high = std::floor(whole * 0x1.0p-64);
+    return (mass_t{static_cast<std::uint64_t>(high)} << 64) + static_cast<std::uint64_t>(whole - high * 0x1.0p64);
+}
+
 // The draw's target for a uniform u in [0, 1): the running mass must exceed u * total (that
 // product rounded to a double), i.e. reach floor(u * total) + 1; at most `total`.
 [[nodiscard]] inline mass_t draw_target(double u, mass_t total) noexcept
 {
-    const double threshold = std::floor(u * to_double(total)); // below 2^80: an integer exactly
-    const double high = std::floor(threshold * 0x1.0p-64);
-    const mass_t whole = (mass_t{static_cast<std::uint64_t>(high)} << 64) + static_cast<std::uint64_t>(threshold - high * 0x1.0p64);
+    const mass_t whole = mass_floor(u * to_double(total)); // below 2^80
     return whole + 1 < total ? whole + 1 : total;
 }
 
@@ -260,14 +266,9 @@ void exp_mass_bounds(const float* x, std::size_t n, float max, mass_t& low, mass
     // Relative error of the float sums, with room for the double additions and the products below.
     constexpr double error = static_cast<double>(chunk_size / w + 16) * 0x1.0p-24;
     const double scaled = sum * 0x1.0p48; // below 2^31 * 2^48: a double holds the integers
-    const auto to_mass = [](double v) {
-        const double whole = std::floor(v);
-        const double upper = std::floor(whole * 0x1.0p-64);
-        return (mass_t{static_cast<std::uint64_t>(upper)} << 64) + static_cast<std::uint64_t>(whole - upper * 0x1.0p64);
-    };
-    high = to_mass(scaled * (1.0 + error)) + 1;
+    high = mass_floor(scaled * (1.0 + error)) + 1;
     const double least = scaled * (1.0 - error) - static_cast<double>(n) - 1.0;
-    low = least > 0.0 ? to_mass(least) : 0;
+    low = least > 0.0 ? mass_floor(least) : 0;
 }
 
 // exp_mass and, in the same pass (block by block, while a block is in cache), typical's moments

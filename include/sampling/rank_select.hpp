@@ -104,7 +104,6 @@ struct token_arrays {
 struct rank_scratch {
     token_arrays ranges[2];
     std::vector<token_data> last;
-    std::vector<std::uint32_t> counts;
 };
 
 inline constexpr std::size_t rank_splits = 7; // thresholds per pass: eight brackets

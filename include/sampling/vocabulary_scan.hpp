@@ -54,10 +54,29 @@ inline constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
     return s[0];
 }
 
-// Running maxima (and minima) per lane are kept in this many vectors: each comparison and blend
-// waits on the previous one into the same vector, so a single chain would run at its latency
-// instead of the loads' pace.
+// Running maxima (and minima, and counts) per lane are kept in this many vectors: each
+// comparison and blend waits on the previous one into the same vector, so a single chain would
+// run at its latency instead of the loads' pace.
 inline constexpr std::size_t extremum_chains = 4;
+
+// Feeds the whole vectors of x[0 .. n) to take(v, c), c the running state (of extremum_chains)
+// the vector goes to: they take turns four vectors at a time, and the few vectors after the last
+// four go to state 0. Returns how many elements it took; the caller takes the rest one by one.
+template <class V, class Take>
+[[nodiscard]] std::size_t take_in_chains(const float* x, std::size_t n, Take&& take) noexcept
+{
+    constexpr std::size_t w = V::size;
+    std::size_t i = 0;
+    for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
+        for (std::size_t c = 0; c < extremum_chains; ++c) {
+            take(V::load_unaligned(x + i + c * w), c);
+        }
+    }
+    for (; i + w <= n; i += w) {
+        take(V::load_unaligned(x + i), std::size_t{0});
+    }
+    return i;
+}
 
 // The largest logit, NaN counted as -inf; -inf when there is none larger. A largest logit of zero
 // is +0 whichever zero came first, so every order of comparisons (every vector width) agrees.
@@ -71,17 +90,8 @@ template <class Arch>
         constexpr std::size_t w = V::size;
         std::array<V, extremum_chains> high;
         high.fill(V(minus_infinity));
-        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
-            for (std::size_t c = 0; c < extremum_chains; ++c) {
-                const V v = V::load_unaligned(x + i + c * w);
-                // A comparison is false for NaN, so NaN never replaces the running maximum.
-                high[c] = xsimd::select(v > high[c], v, high[c]);
-            }
-        }
-        for (; i + w <= n; i += w) {
-            const V v = V::load_unaligned(x + i);
-            high[0] = xsimd::select(v > high[0], v, high[0]);
-        }
+        // A comparison is false for NaN, so NaN never replaces the running maximum.
+        i = take_in_chains<V>(x, n, [&high](const V& v, std::size_t c) { high[c] = xsimd::select(v > high[c], v, high[c]); });
         for (std::size_t c = 1; c < extremum_chains; ++c) {
             high[0] = xsimd::select(high[c] > high[0], high[c], high[0]);
         }
@@ -113,18 +123,10 @@ template <class Arch>
         high.fill(V(minus_infinity));
         low.fill(V(least));
         // Comparisons are false for NaN, so NaN replaces neither.
-        const auto take = [](const V& v, V& h, V& l) {
-            h = xsimd::select(v > h, v, h);
-            l = xsimd::select(v < l && v > V(minus_infinity), v, l);
-        };
-        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
-            for (std::size_t c = 0; c < extremum_chains; ++c) {
-                take(V::load_unaligned(x + i + c * w), high[c], low[c]);
-            }
-        }
-        for (; i + w <= n; i += w) {
-            take(V::load_unaligned(x + i), high[0], low[0]);
-        }
+        i = take_in_chains<V>(x, n, [&high, &low](const V& v, std::size_t c) {
+            high[c] = xsimd::select(v > high[c], v, high[c]);
+            low[c] = xsimd::select(v < low[c] && v > V(minus_infinity), v, low[c]);
+        });
         for (std::size_t c = 1; c < extremum_chains; ++c) {
             high[0] = xsimd::select(high[c] > high[0], high[c], high[0]);
             low[0] = xsimd::select(low[c] < low[0], low[c], low[0]);
@@ -172,19 +174,11 @@ template <class Arch>
         auto bad = V(0.0f) != V(0.0f);
         // Which of two zeros min and max keep, and what they give for NaN, differ between
         // instruction sets: NaN fails the range anyway, and a zero end is made +0 below.
-        const auto take = [&bad](const V& v, V& l, V& h) {
+        i = take_in_chains<V>(x, n, [&bad, &low, &high](const V& v, std::size_t c) {
             bad = bad || !(v > V(minus_infinity)); // NaN fails the comparison too
-            l = xsimd::min(l, v);
-            h = xsimd::max(h, v);
-        };
-        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
-            for (std::size_t c = 0; c < extremum_chains; ++c) {
-                take(V::load_unaligned(x + i + c * w), low[c], high[c]);
-            }
-        }
-        for (; i + w <= n; i += w) {
-            take(V::load_unaligned(x + i), low[0], high[0]);
-        }
+            low[c] = xsimd::min(low[c], v);
+            high[c] = xsimd::max(high[c], v);
+        });
         for (std::size_t c = 1; c < extremum_chains; ++c) {
             low[0] = xsimd::min(low[0], low[c]);
             high[0] = xsimd::max(high[0], high[c]);
@@ -743,14 +737,7 @@ template <class Arch>
         // additions do not wait on each other.
         std::array<I, extremum_chains> lanes;
         lanes.fill(I(0));
-        for (; i + extremum_chains * w <= n; i += extremum_chains * w) {
-            for (std::size_t c = 0; c < extremum_chains; ++c) {
-                lanes[c] += xsimd::bitwise_cast<I>(xsimd::select(V::load_unaligned(x + i + c * w) >= t, one, V(0.0f)));
-            }
-        }
-        for (; i + w <= n; i += w) {
-            lanes[0] += xsimd::bitwise_cast<I>(xsimd::select(V::load_unaligned(x + i) >= t, one, V(0.0f)));
-        }
+        i = take_in_chains<V>(x, n, [&](const V& v, std::size_t c) { lanes[c] += xsimd::bitwise_cast<I>(xsimd::select(v >= t, one, V(0.0f))); });
         for (std::size_t c = 1; c < extremum_chains; ++c) {
             lanes[0] += lanes[c];
         }
