@@ -356,30 +356,33 @@ public:
     // mass added to its bucket is a read-modify-write that costs about what counting it does.
     void total_only() noexcept { by_bucket_ = false; }
 
-    void add(const std::uint32_t* bucket, const std::uint64_t* mass, std::size_t count) noexcept
+    // Where the buckets of the next tokens go: a producer writes them there (rank_histogram's
+    // bucket_of, which keeps them), then calls add() with their masses.
+    [[nodiscard]] std::uint16_t* next_buckets() noexcept { return h_.bucket_of.data() + tokens_; }
+
+    // Adds the next `count` tokens (at most block), their buckets written at next_buckets().
+    void add(const std::uint64_t* mass, std::size_t count) noexcept
     {
-        std::size_t j = 0;
+        const std::uint16_t* bucket = next_buckets();
         if (by_bucket_) {
-            std::uint64_t* __restrict partial = h_.partial.data();
-            for (; j + copies <= count; j += copies) {
-                partial[bucket[j]] += mass[j];
-                partial[buckets + bucket[j + 1]] += mass[j + 1];
-                partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
-                partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
+            std::size_t j = 0;
+            for (; j + 16 <= count; j += 16) {
+                add_masses_of<16>(bucket + j, mass + j);
             }
             for (; j < count; ++j) {
-                partial[bucket[j]] += mass[j];
+                h_.partial[bucket[j]] += mass[j];
             }
         } else {
             std::uint64_t sum = 0; // a block's masses: below 2^8 * 2^48
-            for (; j < count; ++j) {
+            for (std::size_t j = 0; j < count; ++j) {
                 sum += mass[j];
             }
             total_ += sum;
         }
         if (counts_ != nullptr) {
             std::uint32_t* __restrict c = counts_->data();
-            for (j = 0; j + copies <= count; j += copies) {
+            std::size_t j = 0;
+            for (; j + copies <= count; j += copies) {
                 ++c[bucket[j]];
                 ++c[buckets + bucket[j + 1]];
                 ++c[2 * buckets + bucket[j + 2]];
@@ -389,10 +392,25 @@ public:
                 ++c[bucket[j]];
             }
         }
-        std::uint16_t* __restrict bucket_of = h_.bucket_of.data() + tokens_;
-        for (j = 0; j < count; ++j) {
-            bucket_of[j] = static_cast<std::uint16_t>(bucket[j]);
-        }
+        advance(count);
+    }
+
+    // add() in two steps, for a producer that interleaves the additions with its own vector
+    // arithmetic (by bucket, without counts): add_masses() for the tokens of a block as it goes,
+    // `lag` tokens behind the one it computes, then advance() past the block. A read-modify-write
+    // per token runs on other units than that arithmetic, and the two overlap once the additions
+    // no longer wait on its latest results (top_p's weights' pass over 32k logits: 13% less time
+    // on Zen 5).
+    static constexpr std::size_t lag = 64;
+
+    // The masses of one vector's 16 tokens (add() adds a block's in the same way).
+    void add_masses(const std::uint16_t* __restrict bucket, const std::uint64_t* __restrict mass) noexcept
+    {
+        add_masses_of<16>(bucket, mass);
+    }
+
+    void advance(std::size_t count) noexcept
+    {
         tokens_ += count;
         added_ += count;
         if (by_bucket_ && added_ >= fold_every) {
@@ -430,6 +448,20 @@ private:
     static constexpr std::size_t copies = 4;
     static constexpr std::size_t fold_every = std::size_t{1} << 17;
 
+    // Count masses (a multiple of the copies) added to their buckets, token j to copy j % 4.
+    template <std::size_t Count>
+    void add_masses_of(const std::uint16_t* __restrict bucket, const std::uint64_t* __restrict mass) noexcept
+    {
+        static_assert(Count % copies == 0);
+        std::uint64_t* __restrict partial = h_.partial.data();
+        for (std::size_t j = 0; j < Count; j += copies) {
+            partial[bucket[j]] += mass[j];
+            partial[buckets + bucket[j + 1]] += mass[j + 1];
+            partial[2 * buckets + bucket[j + 2]] += mass[j + 2];
+            partial[3 * buckets + bucket[j + 3]] += mass[j + 3];
+        }
+    }
+
     void fold() noexcept
     {
         std::uint64_t* __restrict partial = h_.partial.data();
@@ -459,7 +491,7 @@ private:
 
 // The bucket in h and the mass of values v[0 .. count) with weights e (count at most a builder's block).
 template <class Arch>
-void buckets_and_masses(const float* v, const float* e, std::size_t count, const rank_histogram& h, std::uint32_t* bucket,
+void buckets_and_masses(const float* v, const float* e, std::size_t count, const rank_histogram& h, std::uint16_t* bucket,
                         std::uint64_t* mass) noexcept
 {
     const float top = h.top;
@@ -477,7 +509,7 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
             _mm512_storeu_si512(mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
             // min_ps gives its second operand where the first is NaN, as position() does.
             const __m512 d = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_loadu_ps(v + i)), per_unit);
-            _mm512_storeu_si512(bucket + i, _mm512_cvttps_epu32(_mm512_min_ps(d, last)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(_mm512_min_ps(d, last))));
         }
     }
 #endif
@@ -490,6 +522,7 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
         const V last(rank_histogram::last);
         alignas(64) std::int32_t high[w];
         alignas(64) std::int32_t low[w];
+        alignas(64) std::int32_t placed[w];
         for (; i + w <= count; i += w) {
             I high_limb;
             I low_limb;
@@ -500,12 +533,15 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
                 mass[i + l] = (static_cast<std::uint64_t>(high[l]) << 24) + static_cast<std::uint64_t>(low[l]);
             }
             const V d = (t - V::load_unaligned(v + i)) * per_unit;
-            xsimd::batch_cast<std::int32_t>(xsimd::select(d < last, d, last)).store_unaligned(reinterpret_cast<std::int32_t*>(bucket + i));
+            xsimd::batch_cast<std::int32_t>(xsimd::select(d < last, d, last)).store_aligned(placed);
+            for (std::size_t l = 0; l < w; ++l) {
+                bucket[i + l] = static_cast<std::uint16_t>(placed[l]);
+            }
         }
     }
     for (; i < count; ++i) {
         mass[i] = mass_of(e[i]);
-        bucket[i] = static_cast<std::uint32_t>(h.position(v[i]));
+        bucket[i] = static_cast<std::uint16_t>(h.position(v[i]));
     }
 }
 
@@ -523,18 +559,63 @@ template <class Arch>
     if (!masses_by_bucket) {
         builder.total_only();
     }
-    alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
-    for (std::size_t begin = 0; begin < n; begin += block) {
+    std::size_t done = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        if (masses_by_bucket && counts == nullptr) {
+            // exp_weights and buckets_and_masses in one loop, each vector's masses added to their
+            // buckets a few vectors later (histogram_builder::lag): exp's arithmetic waits on its
+            // own latency, the additions on memory, and the two overlap.
+            using V = simd_float<Arch>;
+            constexpr std::size_t lag = histogram_builder::lag;
+            const V m(max);
+            const __m512 t = _mm512_set1_ps(max);
+            const __m512 scale = _mm512_set1_ps(per_unit);
+            const __m512 last = _mm512_set1_ps(rank_histogram::last);
+            const __m512 unit = _mm512_set1_ps(0x1.0p48f);
+            V low(lowest);
+            for (; done + block <= n; done += block) {
+                std::uint16_t* bucket = builder.next_buckets();
+                for (std::size_t i = 0; i < block; i += 16) {
+                    const std::size_t at = done + i;
+                    const V v = V::load_unaligned(x + at);
+                    low = xsimd::select(v < low, v, low); // NaN is never below
+                    const V ev = exp(v - m);
+                    ev.store_unaligned(e + at);
+                    const __m512 scaled = _mm512_mul_ps(ev, unit);
+                    _mm512_store_si512(mass + i, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
+                    _mm512_store_si512(mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
+                    // As buckets_and_masses: min_ps gives `last` where the difference is NaN.
+                    const __m512 d = _mm512_mul_ps(_mm512_sub_ps(t, v), scale);
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(_mm512_min_ps(d, last))));
+                    if (i >= lag) {
+                        builder.add_masses(bucket + i - lag, mass + i - lag);
+                    }
+                }
+                for (std::size_t i = block - lag; i < block; i += 16) {
+                    builder.add_masses(bucket + i, mass + i);
+                }
+                builder.advance(block);
+            }
+            alignas(64) float lanes[16];
+            low.store_aligned(lanes);
+            for (const float l : lanes) {
+                lowest = l < lowest ? l : lowest;
+            }
+        }
+    }
+#endif
+    for (std::size_t begin = done; begin < n; begin += block) {
         const std::size_t count = std::min(block, n - begin);
         const float* xb = x + begin;
         float* eb = e + begin;
         float block_lowest = 0.0f;
         exp_weights<Arch>(xb, count, max, eb, block_lowest);
         lowest = block_lowest < lowest ? block_lowest : lowest;
-        buckets_and_masses<Arch>(xb, eb, count, h, bucket, mass);
-        builder.add(bucket, mass, count);
+        buckets_and_masses<Arch>(xb, eb, count, h, builder.next_buckets(), mass);
+        builder.add(mass, count);
     }
     return builder.finish();
 }
@@ -662,14 +743,15 @@ template <class Arch>
 {
     constexpr std::size_t block = histogram_builder::block;
     histogram_builder builder(h, 0.0f, per_unit, n);
-    alignas(64) std::uint32_t bucket[block];
     alignas(64) std::uint64_t mass[block];
     lowest = std::numeric_limits<float>::infinity();
     highest = minus_infinity;
     std::size_t done = 0;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        // distance_keys and buckets_and_masses in one loop, the keys kept in registers.
+        // distance_keys and buckets_and_masses in one loop, the keys kept in registers, each
+        // vector's masses added to their buckets a few vectors later (histogram_builder::lag).
+        constexpr std::size_t lag = histogram_builder::lag;
         const __m512 c = _mm512_set1_ps(center);
         const __m512 sign = _mm512_set1_ps(-0.0f);
         const __m512 none = _mm512_set1_ps(minus_infinity);
@@ -679,6 +761,7 @@ template <class Arch>
         __m512 low = _mm512_set1_ps(lowest);
         __m512 high = _mm512_set1_ps(highest);
         for (; done + block <= n; done += block) {
+            std::uint16_t* bucket = builder.next_buckets();
             for (std::size_t i = 0; i < block; i += 16) {
                 const std::size_t at = done + i;
                 const __m512 v = _mm512_loadu_ps(x + at);
@@ -693,9 +776,15 @@ template <class Arch>
                 _mm512_store_si512(mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
                 // (0 - key) per unit, as h.position(key) with top 0; the key is never NaN.
                 const __m512 d = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), key), scale), last);
-                _mm512_store_si512(bucket + i, _mm512_cvttps_epu32(d));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(d)));
+                if (i >= lag) {
+                    builder.add_masses(bucket + i - lag, mass + i - lag);
+                }
             }
-            builder.add(bucket, mass, std::min(block, n - done)); // block; not a constant, which g++ 12 misreads
+            for (std::size_t i = block - lag; i < block; i += 16) {
+                builder.add_masses(bucket + i, mass + i);
+            }
+            builder.advance(block);
         }
         lowest = _mm512_reduce_min_ps(low);
         highest = _mm512_reduce_max_ps(high);
@@ -708,8 +797,8 @@ template <class Arch>
         distance_keys<Arch>(x + begin, e + begin, count, center, keys + begin, block_lowest, block_highest);
         lowest = block_lowest < lowest ? block_lowest : lowest;
         highest = block_highest > highest ? block_highest : highest;
-        buckets_and_masses<Arch>(keys + begin, e + begin, count, h, bucket, mass);
-        builder.add(bucket, mass, count);
+        buckets_and_masses<Arch>(keys + begin, e + begin, count, h, builder.next_buckets(), mass);
+        builder.add(mass, count);
     }
     return builder.finish();
 }
@@ -741,32 +830,38 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
     std::size_t i = 0;
 #if defined(__AVX512BW__)
     if constexpr (std::is_base_of_v<xsimd::avx512bw, simd_of<Arch>>) {
+        // Two steps: the ids whose bucket matches, from the bits of 128 comparisons at a time,
+        // then those that pass the other tests, moved down in place. A bucket holds a few tokens
+        // in a hundred, so whether a vector holds one is a coin toss: a branch on it per vector
+        // mispredicted every few, and compressing every vector's ids instead (no branch) cost
+        // more still on Zen 5, where a masked compress is slow.
         const __m512i wanted = _mm512_set1_epi16(static_cast<short>(want));
-        const __m512 lo = _mm512_set1_ps(low);
-        const __m512 tie = _mm512_set1_ps(bound.logit);
-        const __m512i tie_id = _mm512_set1_epi32(bound.id);
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        for (; i + 32 <= n; i += 32) {
-            const __mmask32 hits = _mm512_cmpeq_epi16_mask(_mm512_loadu_si512(bucket_of + i), wanted);
-            if (hits == 0) {
-                continue;
+        std::size_t found = 0;
+        const auto list = [&found, out_id](std::uint64_t bits, std::size_t at) {
+            for (; bits != 0; bits &= bits - 1) {
+                out_id[found++] = static_cast<std::int32_t>(at + static_cast<std::size_t>(__builtin_ctzll(bits)));
             }
-            for (std::size_t half = 0; half < 32; half += 16) {
-                const auto hit = static_cast<__mmask16>(hits >> half);
-                if (hit == 0) {
-                    continue;
-                }
-                const std::size_t at = i + half;
-                const __m512 v = _mm512_loadu_ps(x + at);
-                const __m512i id = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<std::int32_t>(at)));
-                const auto in = static_cast<__mmask16>(
-                    hit & _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ) &
-                    static_cast<__mmask16>(~(_mm512_cmp_ps_mask(v, tie, _CMP_EQ_OQ) & _mm512_cmpgt_epi32_mask(id, tie_id))));
-                _mm512_storeu_si512(out_id + k, _mm512_maskz_compress_epi32(in, id));
-                _mm512_storeu_ps(out_logit + k, _mm512_maskz_compress_ps(in, v));
-                _mm512_storeu_ps(out_weight + k, _mm512_maskz_compress_ps(in, _mm512_loadu_ps(e + at)));
-                k += static_cast<std::size_t>(__builtin_popcount(in));
-            }
+        };
+        const auto hits = [&wanted, bucket_of](std::size_t at) {
+            return static_cast<std::uint64_t>(_mm512_cmpeq_epi16_mask(_mm512_loadu_si512(bucket_of + at), wanted)) |
+                   (static_cast<std::uint64_t>(_mm512_cmpeq_epi16_mask(_mm512_loadu_si512(bucket_of + at + 32), wanted)) << 32);
+        };
+        for (; i + 128 <= n; i += 128) {
+            const std::uint64_t low_half = hits(i);
+            const std::uint64_t high_half = hits(i + 64);
+            list(low_half, i);
+            list(high_half, i + 64);
+        }
+        for (; i + 64 <= n; i += 64) {
+            list(hits(i), i);
+        }
+        for (std::size_t j = 0; j < found; ++j) {
+            const std::int32_t id = out_id[j];
+            const float v = x[id];
+            out_id[k] = id;
+            out_logit[k] = v;
+            out_weight[k] = e[id];
+            k += static_cast<std::size_t>(v >= low) & static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
         }
     }
 #endif

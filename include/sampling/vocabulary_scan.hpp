@@ -456,6 +456,46 @@ struct moment_lanes {
     std::array<double, sum_lanes> s{};
 };
 
+#if defined(__AVX512F__)
+// The 16 lanes of moment_lanes as two vectors of 8 doubles each for z and for s, in registers
+// while a loop adds to them (add_typical_moments, and the weights' pass that adds them a few
+// vectors behind its exp).
+struct moment_registers {
+    __m512d z_low;
+    __m512d z_high;
+    __m512d s_low;
+    __m512d s_high;
+
+    explicit moment_registers(const moment_lanes& lanes) noexcept
+        : z_low(_mm512_loadu_pd(lanes.z.data())), z_high(_mm512_loadu_pd(lanes.z.data() + 8)), s_low(_mm512_loadu_pd(lanes.s.data())),
+          s_high(_mm512_loadu_pd(lanes.s.data() + 8))
+    {
+    }
+
+    // Elements 0 to 15 of x and e (weights of x - max) into lanes 0 to 15, each lane still a sum
+    // in element order.
+    void add(const float* x, const float* e, __m512 max) noexcept
+    {
+        const __m512 ev = _mm512_loadu_ps(e);
+        const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x), max);
+        const __mmask16 weighs = _mm512_cmp_ps_mask(ev, _mm512_setzero_ps(), _CMP_GT_OQ);
+        const __m512 product = _mm512_maskz_mul_ps(weighs, ev, d); // rounded to float, as opaque() keeps it
+        z_low = _mm512_add_pd(z_low, _mm512_cvtps_pd(_mm512_castps512_ps256(ev)));
+        z_high = _mm512_add_pd(z_high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(ev, 1)));
+        s_low = _mm512_add_pd(s_low, _mm512_cvtps_pd(_mm512_castps512_ps256(product)));
+        s_high = _mm512_add_pd(s_high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(product, 1)));
+    }
+
+    void store(moment_lanes& lanes) const noexcept
+    {
+        _mm512_storeu_pd(lanes.z.data(), z_low);
+        _mm512_storeu_pd(lanes.z.data() + 8, z_high);
+        _mm512_storeu_pd(lanes.s.data(), s_low);
+        _mm512_storeu_pd(lanes.s.data() + 8, s_high);
+    }
+};
+#endif
+
 template <class Arch>
 void add_typical_moments(const float* x, const float* e, std::size_t n, float max, moment_lanes& lanes) noexcept
 {
@@ -464,26 +504,12 @@ void add_typical_moments(const float* x, const float* e, std::size_t n, float ma
     std::size_t i = 0;
 #if defined(__AVX512F__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        // The 16 lanes as two vectors of 8 doubles, each lane still a sum in element order.
         const __m512 m = _mm512_set1_ps(max);
-        __m512d z_low = _mm512_loadu_pd(lz.data());
-        __m512d z_high = _mm512_loadu_pd(lz.data() + 8);
-        __m512d s_low = _mm512_loadu_pd(ls.data());
-        __m512d s_high = _mm512_loadu_pd(ls.data() + 8);
+        moment_registers sums(lanes);
         for (; i + sum_lanes <= n; i += sum_lanes) {
-            const __m512 ev = _mm512_loadu_ps(e + i);
-            const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), m);
-            const __mmask16 weighs = _mm512_cmp_ps_mask(ev, _mm512_setzero_ps(), _CMP_GT_OQ);
-            const __m512 product = _mm512_maskz_mul_ps(weighs, ev, d); // rounded to float, as opaque() keeps it
-            z_low = _mm512_add_pd(z_low, _mm512_cvtps_pd(_mm512_castps512_ps256(ev)));
-            z_high = _mm512_add_pd(z_high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(ev, 1)));
-            s_low = _mm512_add_pd(s_low, _mm512_cvtps_pd(_mm512_castps512_ps256(product)));
-            s_high = _mm512_add_pd(s_high, _mm512_cvtps_pd(_mm512_extractf32x8_ps(product, 1)));
+            sums.add(x + i, e + i, m);
         }
-        _mm512_storeu_pd(lz.data(), z_low);
-        _mm512_storeu_pd(lz.data() + 8, z_high);
-        _mm512_storeu_pd(ls.data(), s_low);
-        _mm512_storeu_pd(ls.data() + 8, s_high);
+        sums.store(lanes);
     }
 #endif
     if constexpr (!is_scalar<Arch>) {

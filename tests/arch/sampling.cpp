@@ -422,6 +422,47 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
     }
 }
 
+// The passes that build a histogram over more tokens than histogram_builder adds between two
+// folds (2^17), on spread logits: the tag's weights' and keys' passes (which add each vector's
+// masses a few vectors after computing them) against generic's, bucket by bucket.
+TEST_CASE("histogram passes: generic's buckets across folds, by logit and by key")
+{
+    const std::size_t n = (std::size_t{1} << 17) + 40007;
+    const std::vector<float> x = logits(n, 77, false);
+    const float max = sd::max_logit<reference>(x.data(), n);
+    float least = 0.0f;
+    (void)sd::max_logit<reference>(x.data(), n, least);
+    const float per_unit = sd::rank_histogram::unit_for(max - std::max(least, max - 34.0f));
+    std::vector<float> e(n);
+    std::vector<float> e_ref(n);
+    float lowest = 0.0f;
+    float lowest_ref = 0.0f;
+    sd::rank_histogram histogram;
+    sd::rank_histogram histogram_ref;
+    const sd::mass_t total = sd::exp_mass_histogram<tag>(x.data(), n, max, per_unit, e.data(), lowest, histogram);
+    CHECK(total == sd::exp_mass_histogram<reference>(x.data(), n, max, per_unit, e_ref.data(), lowest_ref, histogram_ref));
+    CHECK(std::memcmp(e.data(), e_ref.data(), n * sizeof(float)) == 0);
+    CHECK(same_bits(lowest, lowest_ref));
+    CHECK(histogram.mass == histogram_ref.mass);
+    CHECK(std::equal(histogram_ref.bucket_of.begin(), histogram_ref.bucket_of.begin() + static_cast<std::ptrdiff_t>(n),
+                     histogram.bucket_of.begin()));
+    // More than a few buckets hold tokens, so a mass added to the wrong one would show.
+    CHECK(std::count_if(histogram.mass.begin(), histogram.mass.end(), [](sd::mass_t m) { return m > 0; }) > 100);
+    double z = 0;
+    double s = 0;
+    sd::typical_moments<reference>(x.data(), e_ref.data(), n, max, z, s);
+    const auto center = static_cast<float>(static_cast<double>(max) + s / z);
+    std::vector<float> keys(n);
+    std::vector<float> keys_ref(n);
+    float high = 0.0f;
+    float high_ref = 0.0f;
+    CHECK(sd::distance_keys_histogram<tag>(x.data(), e.data(), n, center, 64.0f, keys.data(), lowest, high, histogram) == total);
+    CHECK(sd::distance_keys_histogram<reference>(x.data(), e.data(), n, center, 64.0f, keys_ref.data(), lowest_ref, high_ref,
+                                                 histogram_ref) == total);
+    CHECK(histogram.mass == histogram_ref.mass);
+    CHECK(std::count_if(histogram.mass.begin(), histogram.mass.end(), [](sd::mass_t m) { return m > 0; }) > 100);
+}
+
 TEST_CASE("exact masses: sums of many full weights stay exact on the tag")
 {
     // Every weight is 1 (2^48 units): 3 * 2^17 + 5 of them pass any lane or copy of the passes
