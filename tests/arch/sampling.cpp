@@ -26,7 +26,8 @@ namespace sd = qk::sampling::detail;
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 
-// Logits as a model gives them (normal, a few outliers), with ties, -inf and NaN mixed in when asked.
+// Logits as a model gives them (normal, a few outliers), with ties, -inf, NaN and weightless finite
+// logits mixed in when asked.
 std::vector<float> logits(std::size_t n, std::uint32_t seed, bool special)
 {
     std::mt19937 rng(seed);
@@ -37,7 +38,8 @@ std::vector<float> logits(std::size_t n, std::uint32_t seed, bool special)
         v = normal(rng);
         if (special) {
             const int r = pick(rng);
-            v = r == 0 ? -inf : r == 1 ? std::numeric_limits<float>::quiet_NaN() : r == 2 ? 1.5f : r == 3 ? 12.0f : v;
+            // -200: finite, but too far below the largest to weigh anything.
+            v = r == 0 ? -inf : r == 1 ? std::numeric_limits<float>::quiet_NaN() : r == 2 ? 1.5f : r == 3 ? 12.0f : r == 4 ? -200.0f : v;
         }
     }
     return x;
