@@ -571,9 +571,9 @@ template <class Arch>
             // own latency, the additions on memory, and the two overlap.
             using V = simd_float<Arch>;
             constexpr std::size_t lag = histogram_builder::lag;
-        // Runs of four blocks: the last lag tokens of a run are added after its arithmetic, alone.
-        constexpr std::size_t run = 4 * block;
-        alignas(64) std::uint64_t run_mass[run];
+            // Runs of four blocks: the last lag tokens of a run are added after its arithmetic, alone.
+            constexpr std::size_t run = 4 * block;
+            alignas(64) std::uint64_t run_mass[run];
             const V m(max);
             const __m512 t = _mm512_set1_ps(max);
             const __m512 scale = _mm512_set1_ps(per_unit);
