@@ -395,19 +395,33 @@ public:
         advance(count);
     }
 
-    // add() in two steps, for a producer that interleaves the additions with its own vector
-    // arithmetic (by bucket, without counts): add_masses() for the tokens of a run of blocks as
-    // it goes, `lag` tokens behind the one it computes, then advance() past the run (a few blocks
-    // at most: 2^17 and a few blocks of masses still fit a copy's 64 bits). A read-modify-write
-    // per token runs on other units than that arithmetic, and the two overlap once the additions
-    // no longer wait on its latest results (top_p's weights' pass over 32k logits: about 15% less
-    // time on Zen 5).
+    // For a producer that computes its tokens' buckets and masses with vector arithmetic (by
+    // bucket, without counts), with room for a run's masses at `mass`: calls compute(i, bucket,
+    // mass + i) for i = 0, 16, ..., run - 16, which writes the buckets and masses of the next
+    // run's tokens i to i + 15 there (the buckets in place in bucket_of), and between those
+    // calls adds each vector's masses to their buckets `lag` tokens later; then moves past the
+    // run. A read-modify-write per token runs on other units than that arithmetic, and the two
+    // overlap once the additions no longer wait on its latest results (top_p's weights' pass over
+    // 32k logits: about 15% less time on Zen 5). The last lag tokens of a run are added after its
+    // arithmetic, alone: a sixteenth of them in runs of four blocks. A run and 2^17 masses still
+    // fit a copy's 64 bits.
     static constexpr std::size_t lag = 64;
+    static constexpr std::size_t run = 4 * block;
 
-    // The masses of one vector's 16 tokens (add() adds a block's in the same way).
-    void add_masses(const std::uint16_t* __restrict bucket, const std::uint64_t* __restrict mass) noexcept
+    template <class Compute>
+    void add_run(std::uint64_t* __restrict mass, Compute&& compute) noexcept
     {
-        add_masses_of<16>(bucket, mass);
+        std::uint16_t* bucket = next_buckets();
+        for (std::size_t i = 0; i < run; i += 16) {
+            compute(i, bucket + i, mass + i);
+            if (i >= lag) {
+                add_masses_of<16>(bucket + i - lag, mass + i - lag);
+            }
+        }
+        for (std::size_t i = run - lag; i < run; i += 16) {
+            add_masses_of<16>(bucket + i, mass + i);
+        }
+        advance(run);
     }
 
     void advance(std::size_t count) noexcept
@@ -490,6 +504,25 @@ private:
     mass_t total_ = 0; // when not by bucket
 };
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// floor(e 2^48) of 16 weights, mass_of's values, in one conversion to 64 bits each: e 2^48 is
+// exact, and truncation is floor.
+inline void store_masses(__m512 e, std::uint64_t* mass) noexcept
+{
+    const __m512 scaled = _mm512_mul_ps(e, _mm512_set1_ps(0x1.0p48f));
+    _mm512_storeu_si512(mass, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
+    _mm512_storeu_si512(mass + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
+}
+
+// The buckets of 16 positions (top - v) * per_unit, as rank_histogram::position truncates them,
+// in 16 bits each: min_ps gives `last` where the position is NaN, as position() does.
+inline void store_buckets(__m512 position, std::uint16_t* bucket) noexcept
+{
+    const __m512 clamped = _mm512_min_ps(position, _mm512_set1_ps(rank_histogram::last));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(clamped)));
+}
+#endif
+
 // The bucket in h and the mass of values v[0 .. count) with weights e (count at most a builder's block).
 template <class Arch>
 void buckets_and_masses(const float* v, const float* e, std::size_t count, const rank_histogram& h, std::uint16_t* bucket,
@@ -499,18 +532,11 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
     std::size_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        // floor(e 2^48) in one conversion to 64 bits: e 2^48 is exact, and truncation is floor.
         const __m512 t = _mm512_set1_ps(top);
         const __m512 per_unit = _mm512_set1_ps(h.per_unit);
-        const __m512 last = _mm512_set1_ps(rank_histogram::last);
-        const __m512 unit = _mm512_set1_ps(0x1.0p48f);
         for (; i + 16 <= count; i += 16) {
-            const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(e + i), unit);
-            _mm512_storeu_si512(mass + i, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
-            _mm512_storeu_si512(mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
-            // min_ps gives its second operand where the first is NaN, as position() does.
-            const __m512 d = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_loadu_ps(v + i)), per_unit);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(_mm512_min_ps(d, last))));
+            store_masses(_mm512_loadu_ps(e + i), mass + i);
+            store_buckets(_mm512_mul_ps(_mm512_sub_ps(t, _mm512_loadu_ps(v + i)), per_unit), bucket + i);
         }
     }
 #endif
@@ -567,41 +593,23 @@ template <class Arch>
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
         if (masses_by_bucket && counts == nullptr) {
             // exp_weights and buckets_and_masses in one loop, each vector's masses added to their
-            // buckets a few vectors later (histogram_builder::lag): exp's arithmetic waits on its
-            // own latency, the additions on memory, and the two overlap.
+            // buckets a few vectors later (histogram_builder::add_run): exp's arithmetic waits on
+            // its own latency, the additions on memory, and the two overlap.
             using V = simd_float<Arch>;
-            constexpr std::size_t lag = histogram_builder::lag;
-            // Runs of four blocks: the last lag tokens of a run are added after its arithmetic, alone.
-            constexpr std::size_t run = 4 * block;
-            alignas(64) std::uint64_t run_mass[run];
             const V m(max);
             const __m512 t = _mm512_set1_ps(max);
             const __m512 scale = _mm512_set1_ps(per_unit);
-            const __m512 last = _mm512_set1_ps(rank_histogram::last);
-            const __m512 unit = _mm512_set1_ps(0x1.0p48f);
             V low(lowest);
-            for (; done + run <= n; done += run) {
-                std::uint16_t* bucket = builder.next_buckets();
-                for (std::size_t i = 0; i < run; i += 16) {
-                    const std::size_t at = done + i;
-                    const V v = V::load_unaligned(x + at);
+            alignas(64) std::uint64_t run_masses[histogram_builder::run];
+            for (; done + histogram_builder::run <= n; done += histogram_builder::run) {
+                builder.add_run(run_masses, [&](std::size_t i, std::uint16_t* bucket, std::uint64_t* run_mass) {
+                    const V v = V::load_unaligned(x + done + i);
                     low = xsimd::select(v < low, v, low); // NaN is never below
                     const V ev = exp(v - m);
-                    ev.store_unaligned(e + at);
-                    const __m512 scaled = _mm512_mul_ps(ev, unit);
-                    _mm512_store_si512(run_mass + i, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
-                    _mm512_store_si512(run_mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
-                    // As buckets_and_masses: min_ps gives `last` where the difference is NaN.
-                    const __m512 d = _mm512_mul_ps(_mm512_sub_ps(t, v), scale);
-                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(_mm512_min_ps(d, last))));
-                    if (i >= lag) {
-                        builder.add_masses(bucket + i - lag, run_mass + i - lag);
-                    }
-                }
-                for (std::size_t i = run - lag; i < run; i += 16) {
-                    builder.add_masses(bucket + i, run_mass + i);
-                }
-                builder.advance(run);
+                    ev.store_unaligned(e + done + i);
+                    store_masses(ev, run_mass);
+                    store_buckets(_mm512_mul_ps(_mm512_sub_ps(t, v), scale), bucket);
+                });
             }
             alignas(64) float lanes[16];
             low.store_aligned(lanes);
@@ -681,6 +689,17 @@ template <class Arch>
     return low;
 }
 
+// Appends at + j to out (at out[k], k moving on) for each set bit j of `bits`, lowest first: the
+// positions a mask of comparisons found, without a compress per vector (slow on Zen 5) or a
+// branch per vector (a coin toss when a few tokens in a hundred match).
+template <class T>
+void append_set_bits(std::uint64_t bits, std::size_t at, T* out, std::size_t& k) noexcept
+{
+    for (; bits != 0; bits &= bits - 1) {
+        out[k++] = static_cast<T>(at + static_cast<std::size_t>(__builtin_ctzll(bits)));
+    }
+}
+
 // Adds to h.mass (0 before, and h.partial 0, as exp_mass_histogram leaves them without masses by
 // bucket; it leaves them so) the masses
 // of weights e[0 .. n) by bucket (h.bucket_of) for the buckets up to `last`, as a histogram of
@@ -700,15 +719,13 @@ void add_masses_through(rank_histogram& h, const float* e, std::size_t n, std::s
     std::size_t i = 0;
 #if defined(__AVX512BW__)
     if constexpr (std::is_base_of_v<xsimd::avx512bw, simd_of<Arch>>) {
-        // The indices from the bits of 64 comparisons at a time (a masked compress per 16 tokens
-        // is slow on Zen 5, as in gather_bucket).
+        // The indices from the bits of 64 comparisons at a time (append_set_bits).
         const __m512i bound = _mm512_set1_epi16(static_cast<short>(through));
         for (; i + 64 <= n; i += 64) {
-            std::uint64_t in = static_cast<std::uint64_t>(_mm512_cmple_epu16_mask(_mm512_loadu_si512(bucket_of + i), bound)) |
-                               (static_cast<std::uint64_t>(_mm512_cmple_epu16_mask(_mm512_loadu_si512(bucket_of + i + 32), bound)) << 32);
-            for (; in != 0; in &= in - 1) {
-                index[k++] = static_cast<std::uint32_t>(i + static_cast<std::size_t>(__builtin_ctzll(in)));
-            }
+            const std::uint64_t in =
+                static_cast<std::uint64_t>(_mm512_cmple_epu16_mask(_mm512_loadu_si512(bucket_of + i), bound)) |
+                (static_cast<std::uint64_t>(_mm512_cmple_epu16_mask(_mm512_loadu_si512(bucket_of + i + 32), bound)) << 32);
+            append_set_bits(in, i, index, k);
         }
     }
 #endif
@@ -756,22 +773,16 @@ template <class Arch>
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
         // distance_keys and buckets_and_masses in one loop, the keys kept in registers, each
-        // vector's masses added to their buckets a few vectors later (histogram_builder::lag).
-        constexpr std::size_t lag = histogram_builder::lag;
-        // Runs of four blocks: the last lag tokens of a run are added after its arithmetic, alone.
-        constexpr std::size_t run = 4 * block;
-        alignas(64) std::uint64_t run_mass[run];
+        // vector's masses added to their buckets a few vectors later (histogram_builder::add_run).
         const __m512 c = _mm512_set1_ps(center);
         const __m512 sign = _mm512_set1_ps(-0.0f);
         const __m512 none = _mm512_set1_ps(minus_infinity);
-        const __m512 unit = _mm512_set1_ps(0x1.0p48f);
         const __m512 scale = _mm512_set1_ps(per_unit);
-        const __m512 last = _mm512_set1_ps(rank_histogram::last);
         __m512 low = _mm512_set1_ps(lowest);
         __m512 high = _mm512_set1_ps(highest);
-        for (; done + run <= n; done += run) {
-            std::uint16_t* bucket = builder.next_buckets();
-            for (std::size_t i = 0; i < run; i += 16) {
+        alignas(64) std::uint64_t run_masses[histogram_builder::run];
+        for (; done + histogram_builder::run <= n; done += histogram_builder::run) {
+            builder.add_run(run_masses, [&](std::size_t i, std::uint16_t* bucket, std::uint64_t* run_mass) {
                 const std::size_t at = done + i;
                 const __m512 v = _mm512_loadu_ps(x + at);
                 const __m512 ev = _mm512_loadu_ps(e + at);
@@ -780,20 +791,10 @@ template <class Arch>
                 _mm512_storeu_ps(keys + at, key);
                 high = _mm512_max_ps(high, key);
                 low = _mm512_mask_min_ps(low, _mm512_cmp_ps_mask(ev, _mm512_setzero_ps(), _CMP_GT_OQ), low, key);
-                const __m512 scaled = _mm512_mul_ps(ev, unit);
-                _mm512_store_si512(run_mass + i, _mm512_cvttps_epu64(_mm512_castps512_ps256(scaled)));
-                _mm512_store_si512(run_mass + i + 8, _mm512_cvttps_epu64(_mm512_extractf32x8_ps(scaled, 1)));
+                store_masses(ev, run_mass);
                 // (0 - key) per unit, as h.position(key) with top 0; the key is never NaN.
-                const __m512 d = _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), key), scale), last);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), _mm512_cvtepi32_epi16(_mm512_cvttps_epu32(d)));
-                if (i >= lag) {
-                    builder.add_masses(bucket + i - lag, run_mass + i - lag);
-                }
-            }
-            for (std::size_t i = run - lag; i < run; i += 16) {
-                builder.add_masses(bucket + i, run_mass + i);
-            }
-            builder.advance(run);
+                store_buckets(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), key), scale), bucket);
+            });
         }
         lowest = _mm512_reduce_min_ps(low);
         highest = _mm512_reduce_max_ps(high);
@@ -839,18 +840,10 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
     std::size_t i = 0;
 #if defined(__AVX512BW__)
     if constexpr (std::is_base_of_v<xsimd::avx512bw, simd_of<Arch>>) {
-        // Two steps: the ids whose bucket matches, from the bits of 128 comparisons at a time,
-        // then those that pass the other tests, moved down in place. A bucket holds a few tokens
-        // in a hundred, so whether a vector holds one is a coin toss: a branch on it per vector
-        // mispredicted every few, and compressing every vector's ids instead (no branch) cost
-        // more still on Zen 5, where a masked compress is slow.
+        // Two steps: the ids whose bucket matches, from the bits of 128 comparisons at a time
+        // (append_set_bits), then those that pass the other tests, moved down in place.
         const __m512i wanted = _mm512_set1_epi16(static_cast<short>(want));
         std::size_t found = 0;
-        const auto list = [&found, out_id](std::uint64_t bits, std::size_t at) {
-            for (; bits != 0; bits &= bits - 1) {
-                out_id[found++] = static_cast<std::int32_t>(at + static_cast<std::size_t>(__builtin_ctzll(bits)));
-            }
-        };
         const auto hits = [&wanted, bucket_of](std::size_t at) {
             return static_cast<std::uint64_t>(_mm512_cmpeq_epi16_mask(_mm512_loadu_si512(bucket_of + at), wanted)) |
                    (static_cast<std::uint64_t>(_mm512_cmpeq_epi16_mask(_mm512_loadu_si512(bucket_of + at + 32), wanted)) << 32);
@@ -858,11 +851,11 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
         for (; i + 128 <= n; i += 128) {
             const std::uint64_t low_half = hits(i);
             const std::uint64_t high_half = hits(i + 64);
-            list(low_half, i);
-            list(high_half, i + 64);
+            append_set_bits(low_half, i, out_id, found);
+            append_set_bits(high_half, i + 64, out_id, found);
         }
         for (; i + 64 <= n; i += 64) {
-            list(hits(i), i);
+            append_set_bits(hits(i), i, out_id, found);
         }
         for (std::size_t j = 0; j < found; ++j) {
             const std::int32_t id = out_id[j];
