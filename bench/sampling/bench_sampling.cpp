@@ -146,11 +146,14 @@ double softmax_baseline_ns(std::size_t n)
 //
 // x_paired is the same ratio taken against a baseline measured beside the case instead of once
 // per process: after the timed loop, 15 rounds each time a batch of plain passes and then a batch
-// of the case's calls (about 0.5 ms each) over the same logits, and x_paired is the median of
-// the rounds' ratios. A shared host slows everything for minutes at a time, so a case timed in
-// such a phase against a baseline timed outside it (or the other way round) reads a ratio that
-// says more about the phase than about the code; the paired rounds share their phase. What they
-// do not undo is a phase that slows one kind of code more than another.
+// of the case's calls (at least 8 calls and about 0.5 ms each, after one untimed call that brings
+// each one's data back into the caches the other evicted) over the same logits, and x_paired is
+// the median of the rounds' ratios. A shared host slows everything for minutes at a time, so a
+// case timed in such a phase against a baseline timed outside it (or the other way round) reads a
+// ratio that says more about the phase than about the code; the paired rounds share their phase. What they
+// do not undo is a phase that slows one kind of code more than another. A chain with state
+// (mirostat's mu, penalties' window) costs what its state asks for at each step: the rounds
+// sample about a tenth of the steps the timed loop averages, so its two ratios may differ.
 template <class Call>
 void report(benchmark::State& state, std::size_t n, const std::vector<float>& logits, double loop_ns, Call&& call)
 {
@@ -159,8 +162,9 @@ void report(benchmark::State& state, std::size_t n, const std::vector<float>& lo
     state.counters["ns_per_token"] = ns;
     state.counters["x_softmax"] = ns / softmax_baseline_ns(n);
     std::vector<float> p(n);
-    const auto calls = static_cast<std::size_t>(std::max(1.0, 5e5 / ns));
+    const auto calls = static_cast<std::size_t>(std::max(8.0, 5e5 / ns));
     const auto batch_ns = [calls](auto&& one) {
+        one();
         const auto start = clock_type::now();
         for (std::size_t i = 0; i < calls; ++i) {
             one();
