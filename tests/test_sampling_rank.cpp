@@ -7,6 +7,7 @@
 #include <sampling/sampling.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -358,6 +359,19 @@ TEST_CASE("rank histogram without masses by bucket: counts through a bucket, the
                     wrong_counts += sd::count_through<Tag>(h, n, b) == through ? 0 : 1;
                 }
                 CHECK(wrong_counts == 0);
+                // Three bounds in one pass, as the search asks for them (out of order here too).
+                for (const std::array<std::size_t, 3> bounds :
+                     {std::array<std::size_t, 3>{0, 511, 1023}, std::array<std::size_t, 3>{40, 40, 41}, std::array<std::size_t, 3>{900, 3, 64}}) {
+                    std::array<std::size_t, 3> got{};
+                    sd::count_through_each<Tag, 3>(h, n, bounds, got);
+                    for (std::size_t j = 0; j < 3; ++j) {
+                        std::size_t want = 0;
+                        for (std::size_t c = 0; c <= bounds[j]; ++c) {
+                            want += count_ref[c];
+                        }
+                        CHECK(got[j] == want);
+                    }
+                }
                 for (const std::size_t k : {std::size_t{1}, n / 7 + 1, n / 2 + 1, n}) {
                     std::size_t b_ref = 0;
                     std::size_t before_ref = 0;
@@ -383,6 +397,32 @@ TEST_CASE("rank histogram without masses by bucket: counts through a bucket, the
             check(qk::arch::generic{});
         }
     }
+}
+
+TEST_CASE("counts through a bucket over more tokens than a 16-bit lane holds")
+{
+    // The AVX-512 count adds 32 tokens per step into 16-bit lanes, summed every 2^15 - 1 steps: with
+    // 2^15 steps and every token counted, a lane would reach 2^15, which the signed sum of the
+    // lanes reads as -2^15. 2^20 + 100 tokens, all but every 1000th in bucket 0.
+    const std::size_t n = (std::size_t{1} << 20) + 100;
+    sd::rank_histogram h;
+    h.bucket_of.assign(n, 0);
+    std::size_t in_zero = n;
+    for (std::size_t i = 999; i < n; i += 1000) {
+        h.bucket_of[i] = 700;
+        --in_zero;
+    }
+    const auto check = [&]<class Tag>(Tag) {
+        CHECK(sd::count_through<Tag>(h, n, 0) == in_zero);
+        CHECK(sd::count_through<Tag>(h, n, 1023) == n);
+        std::size_t before = 0;
+        CHECK(sd::bucket_of_count<Tag>(h, n, n, before) == 700);
+        CHECK(before == in_zero);
+        CHECK(sd::bucket_of_count<Tag>(h, n, in_zero, before) == 0);
+        CHECK(before == 0);
+    };
+    check(qk::arch::vector_native{});
+    check(qk::arch::generic{});
 }
 
 TEST_CASE("top_p then dist over a whole vocabulary: the token a sorted walk of exact masses draws")
