@@ -401,9 +401,10 @@ TEST_CASE("rank histogram without masses by bucket: counts through a bucket, the
 
 TEST_CASE("counts through a bucket over more tokens than a 16-bit lane holds")
 {
-    // The AVX-512 count adds 32 tokens per step into 16-bit lanes, summed every 2^15 - 1 steps: with
-    // 2^15 steps and every token counted, a lane would reach 2^15, which the signed sum of the
-    // lanes reads as -2^15. 2^20 + 100 tokens, all but every 1000th in bucket 0.
+    // The AVX-512 count adds 32 tokens per step into 16-bit lanes, summed every 2^15 - 1 steps:
+    // with 2^15 steps and every token counted (through the last bucket here), a lane would reach
+    // 2^15, which the signed sum of the lanes reads as -2^15. 2^20 + 100 tokens, all but every
+    // 1000th in bucket 0.
     const std::size_t n = (std::size_t{1} << 20) + 100;
     sd::rank_histogram h;
     h.bucket_of.assign(n, 0);

@@ -150,9 +150,9 @@ double softmax_baseline_ns(std::size_t n)
 // each one's data back into the caches the other evicted) over the same logits, and x_paired is
 // the median of the rounds' ratios. A shared host slows everything for minutes at a time, so a
 // case timed in such a phase against a baseline timed outside it (or the other way round) reads a
-// ratio that says more about the phase than about the code; the paired rounds share their phase. What they
-// do not undo is a phase that slows one kind of code more than another. A chain with state
-// (mirostat's mu, penalties' window) costs what its state asks for at each step: the rounds
+// ratio that says more about the phase than about the code; the paired rounds share their phase.
+// What they do not undo is a phase that slows one kind of code more than another. A chain with
+// state (mirostat's mu, penalties' window) costs what its state asks for at each step: the rounds
 // sample about a tenth of the steps the timed loop averages, so its two ratios may differ.
 template <class Call>
 void report(benchmark::State& state, std::size_t n, const std::vector<float>& logits, double loop_ns, Call&& call)

@@ -641,15 +641,11 @@ void count_through_each(const rank_histogram& h, std::size_t n, const std::array
                         std::array<std::size_t, Bounds>& count) noexcept
 {
     const std::uint16_t* bucket_of = h.bucket_of.data();
-    std::array<std::uint16_t, Bounds> through{};
-    for (std::size_t b = 0; b < Bounds; ++b) {
-        through[b] = static_cast<std::uint16_t>(last[b]);
-        count[b] = 0;
-    }
+    count.fill(0);
     std::size_t i = 0;
     const auto one = [&](std::size_t j) {
         for (std::size_t b = 0; b < Bounds; ++b) {
-            count[b] += bucket_of[j] <= through[b] ? 1 : 0;
+            count[b] += bucket_of[j] <= last[b] ? 1 : 0;
         }
     };
 #if defined(__AVX512BW__)
@@ -659,7 +655,7 @@ void count_through_each(const rank_histogram& h, std::size_t n, const std::array
         }
         __m512i bound[Bounds];
         for (std::size_t b = 0; b < Bounds; ++b) {
-            bound[b] = _mm512_set1_epi16(static_cast<short>(through[b]));
+            bound[b] = _mm512_set1_epi16(static_cast<short>(last[b])); // buckets are below 2^15
         }
         const __m512i unit = _mm512_set1_epi16(1);
         while (i + 32 <= n) {
@@ -706,29 +702,28 @@ inline constexpr std::size_t search_ways = 4;
 template <class Arch>
 [[nodiscard]] std::size_t bucket_of_count(const rank_histogram& h, std::size_t n, std::size_t k, std::size_t& before) noexcept
 {
-    constexpr std::size_t ways = search_ways;
     std::size_t low = 0;
     std::size_t high = rank_histogram::buckets - 1; // every token lies through the last
     before = 0;                                    // the count through low - 1
     while (low < high) {
-        // Bounds from low to below high (step / ways < step), in order, so that the first that
-        // counts k or more narrows the search to its part; equal bounds are harmless.
+        // Bounds from low to below high (step / search_ways < step), in order, so that the first
+        // that counts k or more narrows the search to its part; equal bounds are harmless.
         const std::size_t step = high - low;
-        std::array<std::size_t, ways - 1> bound{};
-        for (std::size_t j = 0; j + 1 < ways; ++j) {
-            bound[j] = low + step * (j + 1) / ways;
+        std::array<std::size_t, search_ways - 1> bound{};
+        for (std::size_t j = 0; j + 1 < search_ways; ++j) {
+            bound[j] = low + step * (j + 1) / search_ways;
         }
-        std::array<std::size_t, ways - 1> count{};
-        count_through_each<Arch, ways - 1>(h, n, bound, count);
+        std::array<std::size_t, search_ways - 1> count{};
+        count_through_each<Arch, search_ways - 1>(h, n, bound, count);
         std::size_t j = 0;
-        while (j + 1 < ways && count[j] < k) {
+        while (j + 1 < search_ways && count[j] < k) {
             ++j;
         }
         if (j > 0) {
             low = bound[j - 1] + 1;
             before = count[j - 1];
         }
-        if (j + 1 < ways) {
+        if (j + 1 < search_ways) {
             high = bound[j];
         }
     }
