@@ -333,7 +333,8 @@ void fuzz_dot(const std::uint8_t* h, const payload& p)
 }
 
 // ---- gemv / gemm on plain rows: equal a loop of qk::dot on the same tag, bit for bit ------------
-// (Rows here are at most 4 blocks: gemv.hpp's split kernels, which sum in another order, start at 32.)
+// (Rows here stay below 1024 values, where gemv.hpp's split kernels, which sum in another order,
+// start: at most 4 blocks of 32 or 64 values, 3 of IQ4_XS's 256.)
 
 struct gemm_case {
     std::size_t rows, cols, columns;             // the true shape, that buffers are sized for
@@ -373,7 +374,7 @@ void fuzz_gemm(const std::uint8_t* h, const payload& p, bool gemv)
     constexpr std::size_t bs = qk::format_traits<Block>::block_size;
     gemm_case c{};
     c.rows = h[3] % 9;
-    c.cols = h[4] % 5 * bs;
+    c.cols = h[4] % (1024 / bs < 5 ? 1024 / bs : 5) * bs;
     c.columns = gemv ? 1 : 1 + h[5] % 4;
     c.rows_arg = shape_arg(c.rows, h[6], 1);
     c.cols_arg = shape_arg(c.cols, h[7], bs);
