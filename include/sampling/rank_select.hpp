@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -296,8 +298,11 @@ struct rank_histogram {
     // Each token's bucket, stored by the pass that builds the histogram, so that gathering one
     // bucket compares 16-bit numbers instead of recomputing every token's position.
     std::vector<std::uint16_t> bucket_of;
-    std::vector<std::uint64_t> partial; // scratch of the pass, kept for its capacity
-    std::vector<std::uint32_t> picked;  // add_masses_through's scratch, likewise
+    // The builder's four copies of the buckets, kept for their capacity; all zero between passes
+    // once partial_zero says so (a builder leaves them so), which spares the next pass clearing them.
+    std::vector<std::uint64_t> partial;
+    bool partial_zero = false;
+    std::vector<std::uint32_t> picked; // add_masses_through's scratch, kept for its capacity
 
     // The bucket as a float in [0, last], whose truncation is the bucket (NaN fails the comparison).
     [[nodiscard]] float position(float v) const noexcept
@@ -334,11 +339,14 @@ public:
     {
         h.top = top;
         h.per_unit = per_unit;
-        h.mass.assign(buckets, 0);
-        h.partial.assign(copies * buckets, 0);
+        h.mass.resize(buckets); // the first fold sets every bucket
+        if (!h.partial_zero || h.partial.size() != copies * buckets) {
+            h.partial.assign(copies * buckets, 0);
+        }
         if (h.bucket_of.size() < n) {
             h.bucket_of.resize(n);
         }
+        h.partial_zero = false; // until finish() has folded them
     }
 
     // Also counts the tokens of each bucket into `counts` (rank_histogram::buckets of them, set to
@@ -430,8 +438,6 @@ public:
         added_ += count;
         if (by_bucket_ && added_ >= fold_every) {
             fold();
-            std::fill(h_.partial.begin(), h_.partial.end(), std::uint64_t{0});
-            added_ = 0;
         }
     }
 
@@ -439,8 +445,13 @@ public:
     [[nodiscard]] mass_t finish() noexcept
     {
         if (by_bucket_) {
-            fold();
+            if (added_ > 0 || !folded_) {
+                fold();
+            }
+        } else {
+            std::fill(h_.mass.begin(), h_.mass.end(), mass_t{0});
         }
+        h_.partial_zero = true;
         if (counts_ != nullptr) {
             std::uint32_t* c = counts_->data();
             for (std::size_t b = 0; b < buckets; ++b) {
@@ -448,14 +459,7 @@ public:
             }
             counts_->resize(buckets);
         }
-        if (!by_bucket_) {
-            return total_;
-        }
-        mass_t total = 0;
-        for (const mass_t m : h_.mass) {
-            total += m;
-        }
-        return total;
+        return total_;
     }
 
 private:
@@ -477,23 +481,56 @@ private:
         }
     }
 
+    // Adds the copies into h.mass (sets it, at the first fold) and their sum to the total, and
+    // clears them. Below 2^16 masses since the last fold the loops are plain 64-bit arithmetic,
+    // which vectorizes: with a builder's setup, this fixed cost of every pass took 1.14 us with
+    // the buckets cleared at each setup and summed in 128 bits, 0.6 us so (Zen 5, -march=native;
+    // 1.5 and 1.2 us built for baseline x86-64).
     void fold() noexcept
     {
         std::uint64_t* __restrict partial = h_.partial.data();
+        mass_t* __restrict mass = h_.mass.data();
         if (added_ < (std::size_t{1} << 16)) {
-            // Fewer than 2^16 masses of at most 2^48 since the last fold: a bucket's four copies
-            // add up below 2^64, so they are added in 64 bits (a vector loop) into the first.
+            // Fewer than 2^16 masses of at most 2^48: a bucket's four copies add up below 2^64,
+            // and the 32-bit halves of 1024 such sums below 2^42 each.
+            std::uint64_t low = 0;
+            std::uint64_t high = 0;
             for (std::size_t b = 0; b < buckets; ++b) {
-                partial[b] = partial[b] + partial[buckets + b] + partial[2 * buckets + b] + partial[3 * buckets + b];
+                const std::uint64_t sum = partial[b] + partial[buckets + b] + partial[2 * buckets + b] + partial[3 * buckets + b];
+                partial[b] = sum;
+                low += sum & 0xffffffffu;
+                high += sum >> 32;
             }
+            if (folded_) {
+                for (std::size_t b = 0; b < buckets; ++b) {
+                    mass[b] += partial[b];
+                }
+            } else if constexpr (std::endian::native == std::endian::little && sizeof(mass_t) == 16) {
+                // The first fold writes each 128-bit sum as its two 64-bit halves, low first, into
+                // the last two copies (free once summed): a loop that vectorizes, then one copy,
+                // where the loop of 128-bit stores did not vectorize.
+                std::uint64_t* halves = partial + 2 * buckets;
+                for (std::size_t b = 0; b < buckets; ++b) {
+                    halves[2 * b] = partial[b];
+                    halves[2 * b + 1] = 0;
+                }
+                std::memcpy(mass, halves, buckets * sizeof(mass_t));
+            } else {
+                for (std::size_t b = 0; b < buckets; ++b) {
+                    mass[b] = partial[b];
+                }
+            }
+            total_ += (mass_t{high} << 32) + low;
+        } else {
             for (std::size_t b = 0; b < buckets; ++b) {
-                h_.mass[b] += partial[b];
+                const mass_t sum = mass_t{partial[b]} + partial[buckets + b] + partial[2 * buckets + b] + partial[3 * buckets + b];
+                mass[b] = folded_ ? mass[b] + sum : sum;
+                total_ += sum;
             }
-            return;
         }
-        for (std::size_t b = 0; b < buckets; ++b) {
-            h_.mass[b] += mass_t{partial[b]} + partial[buckets + b] + partial[2 * buckets + b] + partial[3 * buckets + b];
-        }
+        std::fill(partial, partial + copies * buckets, std::uint64_t{0});
+        folded_ = true;
+        added_ = 0;
     }
 
     rank_histogram& h_;
@@ -501,7 +538,8 @@ private:
     std::size_t tokens_ = 0; // added so far
     std::size_t added_ = 0;  // since the last fold
     bool by_bucket_ = true;
-    mass_t total_ = 0; // when not by bucket
+    bool folded_ = false; // h.mass set
+    mass_t total_ = 0;
 };
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
