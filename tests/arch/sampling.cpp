@@ -335,6 +335,21 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     ++counts_by_loop[bucket_by_loop(i)];
                 }
                 CHECK(counts == counts_by_loop);
+                // The pass with the total only (top_k's prefix), on a copy of that histogram: the
+                // same weights, lowest, total and buckets, and every bucket's mass 0 again.
+                sd::rank_histogram total_only = histogram;
+                std::fill(e_histogram.begin(), e_histogram.end(), std::numeric_limits<float>::quiet_NaN());
+                std::fill(total_only.bucket_of.begin(), total_only.bucket_of.end(), std::uint16_t{0xffff});
+                CHECK(sd::exp_mass_histogram<tag>(x, n, max, per_unit, e_histogram.data(), lowest_histogram, total_only, nullptr, false) ==
+                      total_ref);
+                CHECK(same_bits(lowest_histogram, lowest_ref));
+                CHECK(std::memcmp(e_histogram.data(), e_ref.data(), n * sizeof(float)) == 0);
+                CHECK(std::all_of(total_only.mass.begin(), total_only.mass.end(), [](sd::mass_t m) { return m == 0; }));
+                wrong_buckets = 0;
+                for (std::size_t i = 0; i < n; ++i) {
+                    wrong_buckets += total_only.bucket_of[i] == bucket_by_loop(i) ? 0 : 1;
+                }
+                CHECK(wrong_buckets == 0);
 
                 std::array<float, sd::rank_splits> thresholds;
                 for (std::size_t j = 0; j < sd::rank_splits; ++j) {
