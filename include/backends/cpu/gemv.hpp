@@ -142,16 +142,13 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // Rows go to tasks in contiguous chunks, several chunks per thread: the pool hands tasks out
 // as threads free up, which evens out threads that the OS preempts on a busy machine, while
 // each chunk is still long enough for the hardware prefetchers to stream it.
-// No software prefetch, here or in the tile kernels: a task reads one sequential stream (its rows,
-// or its tiles' units with the scales between the codes), which the hardware prefetchers bring
-// at the memory's pace. Measured on Zen 5 (one thread and two, 14336 x 4096, every format,
-// fractions of the streaming read in the same process): prefetcht1 8 KiB ahead was up to 15%
-// slower than none on packed tiles and on plain rows in huge pages; in 4 KiB pages too, but for
-// IQ4_XS rows (0.80 with, 0.77 without: within the noise); prefetcht0 helped only Q8_0 rows, by
-// less than the noise. On Zen 4, Q8_0 rows ran 77-79% of the read without and 70-75% with it.
-// (Prefetches did help packed tiles while their scales were a second stream.) The split kernels
-// of the 4-bit formats' rows, which read a row at up to twice the other kernels' pace, are the
-// exception: they prefetch (kernels/dot/avx512vbmi.hpp says by how much it pays).
+// No software prefetch here: a task reads one sequential stream (its rows, or its tiles' units
+// with the scales between the codes). The hardware prefetchers alone do not bring it at the
+// memory's pace, though: the AVX-512 kernels prefetch 4-8 KiB ahead within it (Q8_0 rows in
+// dot/avx512vnni.hpp, the 4-bit rows' split kernels in dot/avx512vbmi.hpp, the tiles in
+// packed/avx512vnni.hpp, each saying what it gains). Those gains show only when both sides read
+// the same buffers: two sets of copies of one matrix, allocated one after the other, streamed
+// 10-20% apart from each other on Zen 5 whatever the code, which hid them in earlier comparisons.
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
 // Calls row_range(begin, end) on the pool for the rows in those chunks.

@@ -63,6 +63,15 @@ template <class Arch>
 
 namespace qk::kernels {
 
+namespace avx512vnni_detail {
+// How far ahead of an octet its row is prefetched, into L1 (a prefetch past the row's end fetches
+// the next row's lines, which a mat-vec reads next, or a line past the matrix). In a mat-vec from
+// memory (14336 x 4096, Zen 5) over the same buffers with the distance set at run time, shuffled,
+// each pass after its own streaming pass, medians of 16: 0.97 of the streaming read without, 1.12
+// with 4 KiB, 1.09 with 8 KiB at one thread; 1.02, 1.11, 1.07 at two.
+inline constexpr std::size_t q8_0_prefetch_distance = 4096;
+} // namespace avx512vnni_detail
+
 template <class Arch>
 QK_TARGET_AVX512VNNI float dot(const block_q8_0* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx512vnni>) noexcept
 {
@@ -79,6 +88,11 @@ QK_TARGET_AVX512VNNI float dot(const block_q8_0* w, const block_q8_0* a, std::si
     __m512 acc3 = _mm512_setzero_ps();
     const std::size_t full = blocks - blocks % 8;
     for (std::size_t b = 0; b < full; b += 8) {
+        // An octet is 272 bytes: five lines a line apart, octet after octet, cover the row.
+#pragma GCC unroll 5
+        for (std::size_t line = 0; line < 5; ++line) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + b) + avx512vnni_detail::q8_0_prefetch_distance + 64 * line, _MM_HINT_T0);
+        }
         const __m512i w0 = k::load_chunk<Arch>(w + b, 0), w1 = k::load_chunk<Arch>(w + b, 1), w2 = k::load_chunk<Arch>(w + b, 2);
         const __m512i w3 = k::load_chunk<Arch>(w + b, 3), w4 = k::load_chunk<Arch>(w + b, 4);
         const __m512i a0 = k::load_chunk<Arch>(a + b, 0), a1 = k::load_chunk<Arch>(a + b, 1), a2 = k::load_chunk<Arch>(a + b, 2);
