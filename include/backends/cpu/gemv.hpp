@@ -144,11 +144,11 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // each chunk is still long enough for the hardware prefetchers to stream it.
 // No software prefetch here: a task reads one sequential stream (its rows, or its tiles' units
 // with the scales between the codes). The hardware prefetchers alone do not bring it at the
-// memory's pace, though: the AVX-512 kernels prefetch 4-8 KiB ahead within it (Q8_0 rows in
-// dot/avx512vnni.hpp, the 4-bit rows' split kernels in dot/avx512vbmi.hpp, the tiles in
-// packed/avx512vnni.hpp, each saying what it gains). Those gains show only when both sides read
-// the same buffers: two sets of copies of one matrix, allocated one after the other, streamed
-// 10-20% apart from each other on Zen 5 whatever the code, which hid them in earlier comparisons.
+// memory's pace, though, so the kernels prefetch 4-8 KiB ahead within it: Q8_0 rows in
+// dot/avx2.hpp and dot/avx512vnni.hpp, the 4-bit rows' split kernels in dot/avx512vbmi.hpp, the
+// tiles in packed/avx2.hpp and packed/avx512vnni.hpp, each saying what it gains. Those gains
+// show only where both sides read the same buffers: two sets of copies of one matrix, allocated
+// one after the other, streamed 10-20% apart on Zen 5 whatever the code, which hid them before.
 inline constexpr std::size_t gemm_tasks_per_thread = 4;
 
 // Calls row_range(begin, end) on the pool for the rows in those chunks.

@@ -206,6 +206,16 @@ QK_AVX2_INLINE float finite_or_reference(float sum, const Block* w, const Activa
 
 namespace qk::kernels {
 
+namespace avx2_detail {
+// How far ahead of four Q8_0 blocks their row is prefetched, into L1 (past the row's end: the next
+// row's lines, which a mat-vec reads next). Mat-vec 14336 x 4096 from memory on Zen 5 with the avx2
+// tag, over the same buffers with the distance set at run time, medians of 12 passes as fractions
+// of a streaming pass just before each: 0.85-0.89 without, 0.93 with 4 KiB, 0.90 with 8 KiB at one
+// thread; 0.93, 1.02, 0.98 at two. (The 4-bit formats' AVX2 kernels, at 0.41-0.53 of the read,
+// are bound by their arithmetic: prefetches moved them by 0.01-0.05.)
+inline constexpr std::size_t q8_0_prefetch_distance = 4096;
+} // namespace avx2_detail
+
 template <class Arch>
 QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t blocks, arch::requires_arch<arch::avx2>) noexcept
 {
@@ -216,6 +226,11 @@ QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t b
     // blocks alone (not from where the first loop stopped), so the compiler sees b < blocks there.
     const std::size_t full = blocks - blocks % 4;
     for (std::size_t b = 0; b < full; b += 4) {
+        // Four blocks are 136 bytes: three lines a line apart, step after step, cover the row.
+#pragma GCC unroll 3
+        for (std::size_t line = 0; line < 3; ++line) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + b) + k::q8_0_prefetch_distance + 64 * line, _MM_HINT_T0);
+        }
         const __m256i s0 = k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data()));
         const __m256i s1 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 1].qs.data()), k::load32<Arch>(a[b + 1].qs.data()));
         const __m256i s2 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 2].qs.data()), k::load32<Arch>(a[b + 2].qs.data()));
