@@ -63,14 +63,14 @@ template <class Arch>
 // stream, yet the hardware prefetchers alone fall behind it. Mat-vec 14336 x 4096 from memory on
 // Zen 5, over the same buffers with the distance set at run time, in shuffled order, each pass
 // after its own streaming pass; medians of 8-20 passes as fractions of that streaming read, the
-// range over 4-7 runs (none -> 4 KiB):
+// range over 3-9 runs (none -> 4 KiB):
 //   one thread:  IQ4_NL 0.72-0.84 -> 0.74-0.93, NVFP4 0.66-0.79 -> 0.73-0.96,
-//                MXFP4 0.76-0.95 -> 0.80-1.10, IQ4_XS 0.88-0.89 -> 1.05-1.15, Q8_0 0.98-1.04 -> 0.95-1.03;
-//   two threads: IQ4_NL 0.74-0.86 -> 0.81-0.89, NVFP4 0.80-0.83 -> 0.88-1.07,
-//                MXFP4 0.86-1.04 -> 0.92-1.21, IQ4_XS 0.79-0.92 -> 1.02-1.12, Q8_0 0.88-1.07 -> 0.95-1.00.
-// Q8_0 neither gains nor loses; the 4-bit formats gain in all but one run. 2 KiB was no better,
-// 8 KiB and 16 KiB no better than 4 KiB at two threads. The prefetches run past a tile's end into
-// the next one (tiles are contiguous) or past the matrix, where they only fetch a line.
+//                MXFP4 0.76-0.95 -> 0.80-1.10, IQ4_XS 0.81-0.89 -> 1.05-1.16, Q8_0 0.84-1.04 -> 0.95-1.07;
+//   two threads: IQ4_NL 0.66-0.86 -> 0.75-0.89, NVFP4 0.65-0.83 -> 0.87-1.07,
+//                MXFP4 0.83-1.04 -> 0.92-1.21, IQ4_XS 0.79-0.92 -> 1.02-1.12, Q8_0 0.80-1.07 -> 0.95-1.01.
+// The 4-bit formats gained in every run but one; Q8_0 in four of seven, and lost in two. 2 KiB
+// was never better; 6 and 8 KiB about the same as 4 KiB. The prefetches run past a tile's end
+// into the next one (tiles are contiguous) or past the matrix, where they only fetch a line.
 inline constexpr std::size_t tile_prefetch_distance = 4096;
 
 template <class Arch>
