@@ -12,6 +12,7 @@
 #include "../arch.hpp"
 #include "../e8m0.hpp"
 #include "../formats.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "generic.hpp"
 
@@ -229,7 +230,7 @@ QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t b
         // Four blocks are 136 bytes: three lines a line apart, step after step, cover the row.
 #pragma GCC unroll 3
         for (std::size_t line = 0; line < 3; ++line) {
-            _mm_prefetch(reinterpret_cast<const char*>(w + b) + k::q8_0_prefetch_distance + 64 * line, _MM_HINT_T0);
+            qk::detail::prefetch_line(w + b, k::q8_0_prefetch_distance + 64 * line);
         }
         const __m256i s0 = k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data()));
         const __m256i s1 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 1].qs.data()), k::load32<Arch>(a[b + 1].qs.data()));

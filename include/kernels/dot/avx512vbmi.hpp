@@ -12,6 +12,7 @@
 #include "../arch.hpp"
 #include "../e8m0.hpp"
 #include "../formats.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "avx2.hpp"
 #include "avx512bw.hpp"
@@ -346,7 +347,7 @@ QK_AVX512VBMI_INLINE void prefetch_ahead(const char* step) noexcept
 {
 #pragma GCC unroll 8
     for (std::size_t line = 0; line < lines; ++line) {
-        _mm_prefetch(step + step_prefetch_distance + 64 * line, _MM_HINT_T0);
+        qk::detail::prefetch_line(step, step_prefetch_distance + 64 * line);
     }
 }
 

@@ -16,6 +16,7 @@
 #include "../arch.hpp"
 #include "../e8m0.hpp"
 #include "../formats.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "avx2.hpp"
 #include "avx512bw.hpp"
@@ -91,7 +92,7 @@ QK_TARGET_AVX512VNNI float dot(const block_q8_0* w, const block_q8_0* a, std::si
         // An octet is 272 bytes: five lines a line apart, octet after octet, cover the row.
 #pragma GCC unroll 5
         for (std::size_t line = 0; line < 5; ++line) {
-            _mm_prefetch(reinterpret_cast<const char*>(w + b) + avx512vnni_detail::q8_0_prefetch_distance + 64 * line, _MM_HINT_T0);
+            qk::detail::prefetch_line(w + b, avx512vnni_detail::q8_0_prefetch_distance + 64 * line);
         }
         const __m512i w0 = k::load_chunk<Arch>(w + b, 0), w1 = k::load_chunk<Arch>(w + b, 1), w2 = k::load_chunk<Arch>(w + b, 2);
         const __m512i w3 = k::load_chunk<Arch>(w + b, 3), w4 = k::load_chunk<Arch>(w + b, 4);

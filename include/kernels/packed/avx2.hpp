@@ -15,6 +15,7 @@
 #include "../e8m0.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "../dot/avx2.hpp"
 #include "generic.hpp"
@@ -171,7 +172,7 @@ template <class Arch>
 QK_PACKED_AVX2_INLINE void prefetch_lines(const std::uint8_t* p, std::size_t bytes) noexcept
 {
     for (std::size_t line = 0; line < bytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + tile_prefetch_distance + line), _MM_HINT_T0);
+        qk::detail::prefetch_line(p, tile_prefetch_distance + line);
     }
 }
 

@@ -18,6 +18,7 @@
 #include "../arch.hpp"
 #include "../formats.hpp"
 #include "../packed.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "../dot/avx512bw.hpp"
 #include "generic.hpp"
@@ -77,7 +78,7 @@ template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void prefetch_lines(const std::uint8_t* p, std::size_t bytes) noexcept
 {
     for (std::size_t line = 0; line < bytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + tile_prefetch_distance + line), _MM_HINT_T0);
+        qk::detail::prefetch_line(p, tile_prefetch_distance + line);
     }
 }
 
