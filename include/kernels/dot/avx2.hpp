@@ -227,11 +227,8 @@ QK_TARGET_AVX2 float dot(const block_q8_0* w, const block_q8_0* a, std::size_t b
     // blocks alone (not from where the first loop stopped), so the compiler sees b < blocks there.
     const std::size_t full = blocks - blocks % 4;
     for (std::size_t b = 0; b < full; b += 4) {
-        // Four blocks are 136 bytes: three lines a line apart, step after step, cover the row.
-#pragma GCC unroll 3
-        for (std::size_t line = 0; line < 3; ++line) {
-            qk::detail::prefetch_line(w + b, k::q8_0_prefetch_distance + 64 * line);
-        }
+        // Four blocks are 136 bytes: three lines' worth, step after step, covers the row.
+        qk::detail::prefetch_lines(w + b, k::q8_0_prefetch_distance, 3 * 64);
         const __m256i s0 = k::dot_i8<Arch>(k::load32<Arch>(w[b].qs.data()), k::load32<Arch>(a[b].qs.data()));
         const __m256i s1 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 1].qs.data()), k::load32<Arch>(a[b + 1].qs.data()));
         const __m256i s2 = k::dot_i8<Arch>(k::load32<Arch>(w[b + 2].qs.data()), k::load32<Arch>(a[b + 2].qs.data()));

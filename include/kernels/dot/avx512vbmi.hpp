@@ -334,22 +334,12 @@ alignas(32) inline constexpr std::array<std::uint16_t, 16> iq4_xs_multiplier_ind
     return index;
 }();
 
-// How far ahead of a step its rows are prefetched, into L1. Unlike the packed tiles' and the octet
-// kernels' rows (gemv.hpp), these gain from it: on Zen 5, 14336 x 4096 from memory, the mat-vec
-// ran at 0.68-0.97 of the streaming read without, 0.83-0.99 with 8 KiB, the same or better in
-// each of three runs at one thread and two (12 and 16 KiB: no better; prefetcht1 4 KiB: worse).
+// How far ahead of a step its rows are prefetched, into L1. On Zen 5, 14336 x 4096 from memory,
+// the mat-vec ran at 0.68-0.97 of the streaming read without, 0.83-0.99 with 8 KiB, the same or
+// better in each of three runs at one thread and two (12 and 16 KiB: no better; prefetcht1 4 KiB:
+// worse).
 // A prefetch past the end of the row, or of the matrix, does nothing but fetch a line.
 inline constexpr std::size_t step_prefetch_distance = 8192;
-
-// Prefetches the `lines` lines step_prefetch_distance past a step's first byte.
-template <class Arch, std::size_t lines>
-QK_AVX512VBMI_INLINE void prefetch_ahead(const char* step) noexcept
-{
-#pragma GCC unroll 8
-    for (std::size_t line = 0; line < lines; ++line) {
-        qk::detail::prefetch_line(step, step_prefetch_distance + 64 * line);
-    }
-}
 
 // The whole steps of a dot product of MXFP4 or IQ4_NL weights (biased table `values`, bias
 // `bias`) with activations laid out by split_activations, summed into one float vector: one FMA per step.
@@ -366,7 +356,7 @@ QK_AVX512VBMI_INLINE __m512 dot_steps(const Block* w, const std::byte* activatio
         const Block* step = w + s * step_blocks;
         const char* bytes = reinterpret_cast<const char*>(step);
         __m512i chunks[step_chunks];
-        prefetch_ahead<Arch, step_chunks>(bytes);
+        qk::detail::prefetch_lines(bytes, step_prefetch_distance, 64 * step_chunks);
         load_weight_chunks<Arch, Block>(bytes, chunks);
         const __m512i sums = step_sums<Arch, Block>(chunks, table, bias, activations, code_index);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), step_scales<Arch>(step, chunks, _mm512_loadu_ps(activations + 576)), acc);
@@ -562,7 +552,7 @@ QK_TARGET_AVX512VBMI float dot(const block_nvfp4* w, split_activations<block_nvf
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t b = 0; b < full; b += step_blocks, activations += split_activations<block_nvfp4>::step_bytes) {
         const char* bytes = reinterpret_cast<const char*>(w + b);
-        v::prefetch_ahead<Arch, 3>(bytes);
+        qk::detail::prefetch_lines(bytes, v::step_prefetch_distance, 3 * 64);
         __m512i chunks[3];
 #pragma GCC unroll 3
         for (std::size_t c = 0; c < 3; ++c) {
@@ -644,7 +634,7 @@ QK_TARGET_AVX512VBMI float dot(const block_iq4_xs* w, split_activations<block_iq
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t b = 0; b < full; b += step_blocks, activations += split_activations<block_iq4_xs>::step_bytes) {
         const char* bytes = reinterpret_cast<const char*>(w + b);
-        v::prefetch_ahead<Arch, 5>(bytes);
+        qk::detail::prefetch_lines(bytes, v::step_prefetch_distance, 5 * 64);
         __m512i codes[4];
 #pragma GCC unroll 4
         for (std::size_t j = 0; j < 4; ++j) {

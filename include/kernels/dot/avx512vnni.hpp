@@ -89,11 +89,8 @@ QK_TARGET_AVX512VNNI float dot(const block_q8_0* w, const block_q8_0* a, std::si
     __m512 acc3 = _mm512_setzero_ps();
     const std::size_t full = blocks - blocks % 8;
     for (std::size_t b = 0; b < full; b += 8) {
-        // An octet is 272 bytes: five lines a line apart, octet after octet, cover the row.
-#pragma GCC unroll 5
-        for (std::size_t line = 0; line < 5; ++line) {
-            qk::detail::prefetch_line(w + b, avx512vnni_detail::q8_0_prefetch_distance + 64 * line);
-        }
+        // An octet is 272 bytes: five lines' worth, octet after octet, covers the row.
+        qk::detail::prefetch_lines(w + b, avx512vnni_detail::q8_0_prefetch_distance, 5 * 64);
         const __m512i w0 = k::load_chunk<Arch>(w + b, 0), w1 = k::load_chunk<Arch>(w + b, 1), w2 = k::load_chunk<Arch>(w + b, 2);
         const __m512i w3 = k::load_chunk<Arch>(w + b, 3), w4 = k::load_chunk<Arch>(w + b, 4);
         const __m512i a0 = k::load_chunk<Arch>(a + b, 0), a1 = k::load_chunk<Arch>(a + b, 1), a2 = k::load_chunk<Arch>(a + b, 2);

@@ -168,14 +168,6 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
 // 1.01 -> 1.42 -> 1.53 (a noisy phase of the host, but every format gained in it).
 inline constexpr std::size_t tile_prefetch_distance = 8192;
 
-template <class Arch>
-QK_PACKED_AVX2_INLINE void prefetch_lines(const std::uint8_t* p, std::size_t bytes) noexcept
-{
-    for (std::size_t line = 0; line < bytes; line += 64) {
-        qk::detail::prefetch_line(p, tile_prefetch_distance + line);
-    }
-}
-
 template <class Arch, class Block, std::size_t N>
 QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entries, float* y, std::size_t y_stride, std::size_t rows) noexcept
 {
@@ -193,12 +185,12 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
         const std::uint8_t* codes = t.codes(b);
         const std::uint8_t* scales = t.scales(b);
         if constexpr (prefetch) {
-            prefetch_lines<Arch>(scales, traits::scale_bytes);
+            qk::detail::prefetch_lines(scales, tile_prefetch_distance, traits::scale_bytes);
         }
         const __m256 dw[2] = {weight_scales<Arch, Block>(scales, 0), weight_scales<Arch, Block>(scales, 1)};
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
             if constexpr (prefetch) {
-                prefetch_lines<Arch>(codes, traits::code_bytes);
+                qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
             }
             // The halves one after the other: with both at once, g++ shares the activation
             // broadcasts of the two and spills them.

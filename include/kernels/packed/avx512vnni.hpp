@@ -74,14 +74,6 @@ template <class Arch>
 // into the next one (tiles are contiguous) or past the matrix, where they only fetch a line.
 inline constexpr std::size_t tile_prefetch_distance = 4096;
 
-template <class Arch>
-[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void prefetch_lines(const std::uint8_t* p, std::size_t bytes) noexcept
-{
-    for (std::size_t line = 0; line < bytes; line += 64) {
-        qk::detail::prefetch_line(p, tile_prefetch_distance + line);
-    }
-}
-
 // Keeps a product from being fused into the addition that consumes it (the reference rounds both).
 template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512 rounded(__m512 v) noexcept
@@ -174,7 +166,7 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
         const std::uint8_t* codes = t.codes(b);
         const std::uint8_t* scales = t.scales(b);
         if constexpr (prefetch) {
-            prefetch_lines<Arch>(scales, traits::scale_bytes);
+            qk::detail::prefetch_lines(scales, tile_prefetch_distance, traits::scale_bytes);
         }
         __m512 dw = _mm512_setzero_ps(); // NVFP4's are per sub-block, in nvfp4_group
         if constexpr (std::is_same_v<Block, block_mxfp4>) {
@@ -186,7 +178,7 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
         }
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
             if constexpr (prefetch) {
-                prefetch_lines<Arch>(codes, traits::code_bytes);
+                qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
             }
             if constexpr (std::is_same_v<Block, block_nvfp4>) {
                 nvfp4_group<Arch, N>(codes, entries, scales + 16 * (2 * g), table, acc);
