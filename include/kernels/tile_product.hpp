@@ -6,6 +6,8 @@
 // Single-threaded; backends/cpu drives.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "arch.hpp"
@@ -29,6 +31,18 @@ inline constexpr bool has_tile_kernels =
 #else
     false;
 #endif
+
+// Two tiles against one activation column (a mat-vec): y0[r] for the 16 rows of `first`, a whole
+// tile, and y1[r] for r < rows of `second`, the values tile_product gives for each. The AVX-512
+// VNNI kernel reads the two tiles block by block in turn, two memory streams per thread
+// (backends/cpu/packed_gemm.hpp says where that pays); on other tags this is two tile_products.
+template <class Arch, class Block>
+void tile_pair_product(const packed_tile<Block>& first, const packed_tile<Block>& second, const std::uint8_t* entries, float* y0, float* y1,
+                       std::size_t rows, arch::requires_arch<arch::generic>) noexcept
+{
+    tile_product<Arch, Block>(first, entries, 1, y0, packed_tile_rows, packed_tile_rows, Arch{});
+    tile_product<Arch, Block>(second, entries, 1, y1, packed_tile_rows, rows, Arch{});
+}
 
 #if QK_HAS_X86_KERNELS
 // xsimd's x86 tags do not form one chain (avx derives from generic, not from sse4_2), so each

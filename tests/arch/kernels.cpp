@@ -352,6 +352,56 @@ void check_tile_product_against_generic()
     }
 }
 
+// The two-tile mat-vec kernel against the generic tile kernel on each tile, bit for bit: a whole
+// first tile, every row count of the second, one to five blocks per row, random and extreme
+// blocks, sentinels after each tile's outputs.
+template <class Block>
+void check_tile_pair_against_generic()
+{
+    using activation = typename qk::format_traits<Block>::vec_dot_type;
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    constexpr std::size_t tile_rows = qk::packed_tile_rows;
+    constexpr std::uint32_t sentinel = 0x7fc0beef;
+    for (const bool extreme : {false, true}) {
+        for (const std::size_t blocks : {1u, 2u, 3u, 5u}) {
+            for (std::size_t rows = 1; rows <= tile_rows; ++rows) {
+                const std::size_t all_rows = tile_rows + rows;
+                auto w = qk_inputs::random_blocks<Block>(all_rows * blocks, static_cast<std::uint32_t>(rows * 29 + blocks));
+                if (extreme) {
+                    std::for_each(w.begin(), w.end(), make_extreme<Block>);
+                }
+                const qk::packed_matrix<Block> packed(w, all_rows, blocks * size);
+                const std::size_t a_blocks = blocks * qk::activation_blocks_per_block<Block>;
+                auto a = qk_inputs::random_blocks<activation>(a_blocks, static_cast<std::uint32_t>(rows * 7 + blocks));
+                for (auto& block : a) {
+                    for (auto& q : block.qs) {
+                        q = extreme ? std::int8_t{-127} : static_cast<std::int8_t>(std::max<int>(q, -127));
+                    }
+                }
+                std::vector<std::uint8_t> panel(qk::packed_panel_bytes(blocks * size / 32, 1));
+                qk::pack_panel(a.data(), a_blocks, 1, panel.data());
+                // Each tile's outputs followed by 3 sentinels.
+                std::vector<float> expected(2 * (tile_rows + 3), std::bit_cast<float>(sentinel));
+                std::vector<float> actual(expected);
+                float* const expected_second = expected.data() + tile_rows + 3;
+                float* const actual_second = actual.data() + tile_rows + 3;
+                qk::kernels::tile_product<qk::arch::generic>(packed.tile(0), panel.data(), 1, expected.data(), tile_rows, tile_rows,
+                                                              qk::arch::generic{});
+                qk::kernels::tile_product<qk::arch::generic>(packed.tile(1), panel.data(), 1, expected_second, tile_rows, rows,
+                                                              qk::arch::generic{});
+                qk::kernels::tile_pair_product<tag>(packed.tile(0), packed.tile(1), panel.data(), actual.data(), actual_second, rows, tag{});
+                for (std::size_t i = 0; i < expected.size(); ++i) {
+                    CAPTURE(extreme);
+                    CAPTURE(blocks);
+                    CAPTURE(rows);
+                    CAPTURE(i);
+                    CHECK(std::bit_cast<std::uint32_t>(actual[i]) == std::bit_cast<std::uint32_t>(expected[i]));
+                }
+            }
+        }
+    }
+}
+
 } // namespace
 
 #define QK_TAG_NAME_STRING(x) #x
@@ -368,6 +418,13 @@ TEST_CASE_TEMPLATE_DEFINE("the tile kernel on " QK_TAG_NAME(QK_TEST_TAG) " equal
     check_tile_product_against_generic<Block>();
 }
 TEST_CASE_TEMPLATE_APPLY(tile_product_agrees, qk::weight_formats::tuple);
+
+TEST_CASE_TEMPLATE_DEFINE("the two-tile mat-vec kernel on " QK_TAG_NAME(QK_TEST_TAG) " equals the generic tile kernel bit for bit", Block,
+                          tile_pair_agrees)
+{
+    check_tile_pair_against_generic<Block>();
+}
+TEST_CASE_TEMPLATE_APPLY(tile_pair_agrees, qk::weight_formats::tuple);
 
 TEST_CASE_TEMPLATE_DEFINE("dot on " QK_TAG_NAME(QK_TEST_TAG) " sums integers exactly", Block, dot_sums_integers_exactly)
 {

@@ -30,6 +30,18 @@ namespace detail {
 // passes over them.
 inline constexpr std::size_t tiles_per_sweep = 4;
 
+// Whether a mat-vec on the tag reads two tiles at once (kernels::tile_pair_product), two memory
+// streams per thread: IQ4_NL and NVFP4 on the AVX-512 VNNI kernels. Their units (two blocks and
+// a line of scales, one block of two groups and a line of scales: nine lines) stream slower from
+// memory than the seventeen-line units of MXFP4 and Q8_0; MXFP4 repacked into nine-line units lost
+// 15-18% the same way. In 14336 x 4096 mat-vecs from memory on Zen 5, same buffers, pairing on
+// and off in shuffled rounds (medians of 9-15 rounds, 2-4 runs), IQ4_NL read 5-11% faster at one
+// thread and 4-17% at two, NVFP4 8-15% and 8-12%; MXFP4 lost 1-8% at one thread (-4% to +3% at
+// two), and IQ4_XS and Q8_0 moved both ways by 3-7%.
+template <class Block, class Arch>
+inline constexpr bool pairs_tiles_in_gemv =
+    (std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4>) && std::is_base_of_v<arch::avx512vnni, Arch>;
+
 template <weight_format Block, class Arch>
 void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
                     backend::cpu::thread_pool& pool, std::vector<std::uint8_t>& scratch)
@@ -68,6 +80,28 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     const std::size_t per_task = (tiles + chunks - 1) / chunks;
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
     const std::size_t rows = w.rows();
+    if constexpr (pairs_tiles_in_gemv<Block, Arch>) {
+        if (columns == 1) {
+            pool.run(tasks, [&](std::size_t task) {
+                const std::size_t begin = task * per_task;
+                const std::size_t end = std::min(tiles, (task + 1) * per_task);
+                const std::size_t half = (end - begin) / 2;
+                // Tile k of the task's first half with tile k of its second: only the last tile of
+                // the matrix can be partial, and it is never in the first half.
+                for (std::size_t k = 0; k < half; ++k) {
+                    const std::size_t a = begin + k;
+                    const std::size_t b = begin + half + k;
+                    kernels::tile_pair_product<Arch>(w.tile(a), w.tile(b), panel, y + a * packed_tile_rows, y + b * packed_tile_rows,
+                                                     std::min(packed_tile_rows, rows - b * packed_tile_rows), Arch{});
+                }
+                for (std::size_t t = begin + 2 * half; t < end; ++t) {
+                    kernels::tile_product<Arch>(w.tile(t), panel, 1, y + t * packed_tile_rows, rows,
+                                                std::min(packed_tile_rows, rows - t * packed_tile_rows), Arch{});
+                }
+            });
+            return;
+        }
+    }
     pool.run(tasks, [&](std::size_t task) {
         const std::size_t task_end = std::min(tiles, (task + 1) * per_task);
         for (std::size_t first = task * per_task; first < task_end; first += tiles_per_sweep) {

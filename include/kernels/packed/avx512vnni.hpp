@@ -6,7 +6,8 @@
 // accumulator's starting value. The float steps are the reference's, lane by lane, unfused.
 // NVFP4's sub-blocks of 16 values (vectors 0 and 1 of a group, then 2 and 3) are summed and
 // scaled one at a time, each from its own correction (the panel keeps the first half's beside the
-// group's).
+// group's). tile_pair reads two tiles against one column in turn, for the mat-vecs that gain from
+// two memory streams per thread (backends/cpu/packed_gemm.hpp).
 #pragma once
 
 #include <array>
@@ -228,6 +229,76 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
     }
 }
 
+
+// Two tiles against one column (a mat-vec), block by block in turn, so that the thread reads two
+// sequential streams. The steps per group are tile()'s with N = 1 (NVFP4's, nvfp4_group's).
+template <class Arch, class Block>
+QK_TARGET_AVX512VNNI void tile_pair(const packed_tile<Block>& first, const packed_tile<Block>& second, const std::uint8_t* entries, float* y0,
+                                    float* y1, __mmask16 rows) noexcept
+{
+    using traits = packed_traits<Block>;
+    __m512i table = _mm512_setzero_si512();
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
+        table = _mm512_loadu_si512(biased_grid<mxfp4_values>.data());
+    } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
+        table = _mm512_loadu_si512(biased_grid<iq4_values>.data());
+    }
+    __m512 acc[2][1] = {{_mm512_setzero_ps()}, {_mm512_setzero_ps()}};
+    for (std::size_t b = 0; b < first.blocks; ++b, entries += traits::groups_per_block * packed_entry_bytes) {
+#pragma GCC unroll 2
+        for (std::size_t which = 0; which < 2; ++which) {
+            const packed_tile<Block>& t = which == 0 ? first : second;
+            const std::uint8_t* codes = t.codes(b);
+            const std::uint8_t* scales = t.scales(b);
+            qk::detail::prefetch_lines(scales, tile_prefetch_distance, traits::scale_bytes);
+            if constexpr (std::is_same_v<Block, block_nvfp4>) {
+                const std::uint8_t* entry = entries;
+                for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entry += packed_entry_bytes) {
+                    qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
+                    nvfp4_group<Arch, 1>(codes, entry, scales + 16 * (2 * g), table, acc[which]);
+                }
+                continue;
+            }
+            __m512 dw;
+            if constexpr (std::is_same_v<Block, block_mxfp4>) {
+                dw = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
+                                                         _mm512_set1_epi32(128)));
+            } else {
+                dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
+            }
+            const std::uint8_t* entry = entries;
+            for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entry += packed_entry_bytes) {
+                qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
+                __m512i even_sum = broadcast32<Arch>(entry + 36);
+                __m512i odd_sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (std::size_t m = 0; m < 4; ++m) {
+                    __m512i even;
+                    __m512i odd;
+                    decode_pair<Arch, Block>(codes, m, table, even, odd);
+                    even_sum = _mm512_dpbusd_epi32(even_sum, even, broadcast32<Arch>(entry + 8 * m));
+                    odd_sum = _mm512_dpbusd_epi32(odd_sum, odd, broadcast32<Arch>(entry + 8 * m + 4));
+                }
+                const __m512 da = broadcast_float<Arch>(entry + 32);
+                __m512 d;
+                if constexpr (std::is_same_v<Block, block_mxfp4>) {
+                    d = _mm512_scalef_ps(da, dw);
+                } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+                    const __m512 ls =
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
+                    d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
+                } else {
+                    d = _mm512_mul_ps(dw, da);
+                }
+                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum, odd_sum));
+                acc[which][0] = _mm512_add_ps(acc[which][0], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+            }
+        }
+    }
+    _mm512_storeu_ps(y0, acc[0][0]);
+    _mm512_mask_storeu_ps(y1, rows, acc[1][0]);
+}
+
 } // namespace qk::kernels::packed_avx512_detail
 
 namespace qk::kernels {
@@ -239,6 +310,14 @@ QK_TARGET_AVX512VNNI void tile_product(const packed_tile<Block>& tile, const std
     namespace k = packed_avx512_detail;
     const auto mask = static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
     qk::detail::with_column_count(n, [&](auto columns) { k::tile<Arch, Block, decltype(columns)::value>(tile, entries, y, y_stride, mask); });
+}
+
+template <class Arch, class Block>
+QK_TARGET_AVX512VNNI void tile_pair_product(const packed_tile<Block>& first, const packed_tile<Block>& second, const std::uint8_t* entries,
+                                            float* y0, float* y1, std::size_t rows, arch::requires_arch<arch::avx512vnni>) noexcept
+{
+    const auto mask = static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+    packed_avx512_detail::tile_pair<Arch, Block>(first, second, entries, y0, y1, mask);
 }
 
 } // namespace qk::kernels
