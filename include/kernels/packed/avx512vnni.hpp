@@ -99,6 +99,26 @@ template <class Arch, class Block>
     }
 }
 
+// Vector pairs first .. last - 1 of a code group (decode_pair) against the N columns of a set,
+// added to each column's even and odd sums.
+template <class Arch, class Block, std::size_t N>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void multiply_pairs(const std::uint8_t* codes, const std::uint8_t* entries, std::size_t first,
+                                                                       std::size_t last, __m512i table, __m512i (&even_sum)[N],
+                                                                       __m512i (&odd_sum)[N]) noexcept
+{
+#pragma GCC unroll 4
+    for (std::size_t m = first; m < last; ++m) {
+        __m512i even;
+        __m512i odd;
+        decode_pair<Arch, Block>(codes, m, table, even, odd);
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < N; ++c) {
+            even_sum[c] = _mm512_dpbusd_epi32(even_sum[c], even, broadcast32<Arch>(entries + 32 * c + 8 * m));
+            odd_sum[c] = _mm512_dpbusd_epi32(odd_sum[c], odd, broadcast32<Arch>(entries + 32 * c + 8 * m + 4));
+        }
+    }
+}
+
 // One NVFP4 code group against the N columns of a set: sub-block 2g (vectors 0 and 1), then
 // 2g + 1 (vectors 2 and 3), each flushed with its UE4M3 scales (16 bytes at scales + 16i).
 template <class Arch, std::size_t N>
@@ -119,17 +139,7 @@ template <class Arch, std::size_t N>
             even_sum[c] = _mm512_set1_epi32(i == 0 ? first_half : group - first_half);
             odd_sum[c] = _mm512_setzero_si512();
         }
-#pragma GCC unroll 2
-        for (std::size_t m = 2 * i; m < 2 * i + 2; ++m) {
-            __m512i even;
-            __m512i odd;
-            decode_pair<Arch, block_nvfp4>(codes, m, table, even, odd);
-#pragma GCC unroll 8
-            for (std::size_t c = 0; c < N; ++c) {
-                even_sum[c] = _mm512_dpbusd_epi32(even_sum[c], even, broadcast32<Arch>(entries + 32 * c + 8 * m));
-                odd_sum[c] = _mm512_dpbusd_epi32(odd_sum[c], odd, broadcast32<Arch>(entries + 32 * c + 8 * m + 4));
-            }
-        }
+        multiply_pairs<Arch, block_nvfp4, N>(codes, entries, 2 * i, 2 * i + 2, table, even_sum, odd_sum);
         // ue4m3_half_table's values: the conversion gives them over 128, and times 128 is exact.
         const __m512 dw = _mm512_mul_ps(avx512_detail::ue4m3_half16_div128<Arch>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * i))),
                                         _mm512_set1_ps(128.0f));
@@ -142,9 +152,76 @@ template <class Arch, std::size_t N>
     }
 }
 
-// Each column keeps two int32 accumulators per group (even and odd vectors), so that 2N
-// independent vpdpbusd chains cover the instruction's latency; the vectors are decoded two at
-// a time, which leaves registers for them.
+// The grid of a 4-bit format, biased (none for Q8_0).
+template <class Arch, class Block>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512i grid_table() noexcept
+{
+    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
+        return _mm512_loadu_si512(biased_grid<mxfp4_values>.data());
+    } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
+        return _mm512_loadu_si512(biased_grid<iq4_values>.data());
+    } else {
+        return _mm512_setzero_si512();
+    }
+}
+
+// A block's weight scales for the 16 rows (MXFP4: the exponents e - 128; NVFP4: none here, its
+// are per sub-block, in nvfp4_group).
+template <class Arch, class Block>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline __m512 block_scales(const std::uint8_t* scales) noexcept
+{
+    if constexpr (std::is_same_v<Block, block_mxfp4>) {
+        // vscalefps(d_a, e - 128) is d_a * 2^(e - 128) correctly rounded: the reference's product.
+        return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
+                                                   _mm512_set1_epi32(128)));
+    } else if constexpr (!std::is_same_v<Block, block_nvfp4>) {
+        return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
+    } else {
+        return _mm512_setzero_ps();
+    }
+}
+
+// Code group g of a block (codes: its bytes; scales: the block's) against the N columns of a set
+// (entries: the group's), added to acc. Each column keeps two int32 accumulators per group (even
+// and odd vectors), so that 2N independent vpdpbusd chains cover the instruction's latency; the
+// vectors are decoded two at a time, which leaves registers for them.
+template <class Arch, class Block, std::size_t N>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void group_product(const std::uint8_t* codes, const std::uint8_t* entries,
+                                                                      const std::uint8_t* scales, std::size_t g, __m512i table, __m512 dw,
+                                                                      __m512 (&acc)[N]) noexcept
+{
+    if constexpr (std::is_same_v<Block, block_nvfp4>) {
+        nvfp4_group<Arch, N>(codes, entries, scales + 16 * (2 * g), table, acc);
+        return;
+    }
+    __m512i even_sum[N];
+    __m512i odd_sum[N];
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        even_sum[c] = broadcast32<Arch>(entries + 36 * N + 4 * c);
+        odd_sum[c] = _mm512_setzero_si512();
+    }
+    multiply_pairs<Arch, Block, N>(codes, entries, 0, 4, table, even_sum, odd_sum);
+    __m512 ls = _mm512_setzero_ps();
+    if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+        ls = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
+    }
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < N; ++c) {
+        const __m512 da = broadcast_float<Arch>(entries + 32 * N + 4 * c);
+        __m512 d;
+        if constexpr (std::is_same_v<Block, block_mxfp4>) {
+            d = _mm512_scalef_ps(da, dw);
+        } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+            d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
+        } else {
+            d = _mm512_mul_ps(dw, da);
+        }
+        const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
+        acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+    }
+}
+
 template <class Arch, class Block, std::size_t N>
 QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* entries, float* y, std::size_t y_stride, __mmask16 rows) noexcept
 {
@@ -152,12 +229,7 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
     // Eight Q8_0 columns spend the issue slots that eight prefetches per group would take: 2-8%
     // slower at 128 columns with them, where the 4-bit formats' four gain 2-5%.
     constexpr bool prefetch = !(std::is_same_v<Block, block_q8_0> && N == packed_panel_columns);
-    __m512i table = _mm512_setzero_si512();
-    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
-        table = _mm512_loadu_si512(biased_grid<mxfp4_values>.data());
-    } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
-        table = _mm512_loadu_si512(biased_grid<iq4_values>.data());
-    }
+    const __m512i table = grid_table<Arch, Block>();
     __m512 acc[N];
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < N; ++c) {
@@ -169,58 +241,12 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
         if constexpr (prefetch) {
             qk::detail::prefetch_lines(scales, tile_prefetch_distance, traits::scale_bytes);
         }
-        __m512 dw = _mm512_setzero_ps(); // NVFP4's are per sub-block, in nvfp4_group
-        if constexpr (std::is_same_v<Block, block_mxfp4>) {
-            // vscalefps(d_a, e - 128) is d_a * 2^(e - 128) correctly rounded: the reference's product.
-            dw = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
-                                                     _mm512_set1_epi32(128)));
-        } else if constexpr (!std::is_same_v<Block, block_nvfp4>) {
-            dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
-        }
+        const __m512 dw = block_scales<Arch, Block>(scales);
         for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entries += N * packed_entry_bytes) {
             if constexpr (prefetch) {
                 qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
             }
-            if constexpr (std::is_same_v<Block, block_nvfp4>) {
-                nvfp4_group<Arch, N>(codes, entries, scales + 16 * (2 * g), table, acc);
-                continue;
-            }
-            __m512i even_sum[N];
-            __m512i odd_sum[N];
-#pragma GCC unroll 8
-            for (std::size_t c = 0; c < N; ++c) {
-                even_sum[c] = broadcast32<Arch>(entries + 36 * N + 4 * c);
-                odd_sum[c] = _mm512_setzero_si512();
-            }
-#pragma GCC unroll 4
-            for (std::size_t m = 0; m < 4; ++m) {
-                __m512i even;
-                __m512i odd;
-                decode_pair<Arch, Block>(codes, m, table, even, odd);
-#pragma GCC unroll 8
-                for (std::size_t c = 0; c < N; ++c) {
-                    even_sum[c] = _mm512_dpbusd_epi32(even_sum[c], even, broadcast32<Arch>(entries + 32 * c + 8 * m));
-                    odd_sum[c] = _mm512_dpbusd_epi32(odd_sum[c], odd, broadcast32<Arch>(entries + 32 * c + 8 * m + 4));
-                }
-            }
-            __m512 ls = _mm512_setzero_ps();
-            if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-                ls = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
-            }
-#pragma GCC unroll 8
-            for (std::size_t c = 0; c < N; ++c) {
-                const __m512 da = broadcast_float<Arch>(entries + 32 * N + 4 * c);
-                __m512 d;
-                if constexpr (std::is_same_v<Block, block_mxfp4>) {
-                    d = _mm512_scalef_ps(da, dw);
-                } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-                    d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
-                } else {
-                    d = _mm512_mul_ps(dw, da);
-                }
-                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
-                acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
-            }
+            group_product<Arch, Block, N>(codes, entries, scales, g, table, dw, acc);
         }
     }
 #pragma GCC unroll 8
@@ -229,20 +255,14 @@ QK_TARGET_AVX512VNNI void tile(const packed_tile<Block>& t, const std::uint8_t* 
     }
 }
 
-
 // Two tiles against one column (a mat-vec), block by block in turn, so that the thread reads two
-// sequential streams. The steps per group are tile()'s with N = 1 (NVFP4's, nvfp4_group's).
+// sequential streams: tile()'s steps with N = 1 for each.
 template <class Arch, class Block>
 QK_TARGET_AVX512VNNI void tile_pair(const packed_tile<Block>& first, const packed_tile<Block>& second, const std::uint8_t* entries, float* y0,
                                     float* y1, __mmask16 rows) noexcept
 {
     using traits = packed_traits<Block>;
-    __m512i table = _mm512_setzero_si512();
-    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
-        table = _mm512_loadu_si512(biased_grid<mxfp4_values>.data());
-    } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
-        table = _mm512_loadu_si512(biased_grid<iq4_values>.data());
-    }
+    const __m512i table = grid_table<Arch, Block>();
     __m512 acc[2][1] = {{_mm512_setzero_ps()}, {_mm512_setzero_ps()}};
     for (std::size_t b = 0; b < first.blocks; ++b, entries += traits::groups_per_block * packed_entry_bytes) {
 #pragma GCC unroll 2
@@ -251,47 +271,11 @@ QK_TARGET_AVX512VNNI void tile_pair(const packed_tile<Block>& first, const packe
             const std::uint8_t* codes = t.codes(b);
             const std::uint8_t* scales = t.scales(b);
             qk::detail::prefetch_lines(scales, tile_prefetch_distance, traits::scale_bytes);
-            if constexpr (std::is_same_v<Block, block_nvfp4>) {
-                const std::uint8_t* entry = entries;
-                for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entry += packed_entry_bytes) {
-                    qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
-                    nvfp4_group<Arch, 1>(codes, entry, scales + 16 * (2 * g), table, acc[which]);
-                }
-                continue;
-            }
-            __m512 dw;
-            if constexpr (std::is_same_v<Block, block_mxfp4>) {
-                dw = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
-                                                         _mm512_set1_epi32(128)));
-            } else {
-                dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
-            }
+            const __m512 dw = block_scales<Arch, Block>(scales);
             const std::uint8_t* entry = entries;
             for (std::size_t g = 0; g < traits::groups_per_block; ++g, codes += traits::code_bytes, entry += packed_entry_bytes) {
                 qk::detail::prefetch_lines(codes, tile_prefetch_distance, traits::code_bytes);
-                __m512i even_sum = broadcast32<Arch>(entry + 36);
-                __m512i odd_sum = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                for (std::size_t m = 0; m < 4; ++m) {
-                    __m512i even;
-                    __m512i odd;
-                    decode_pair<Arch, Block>(codes, m, table, even, odd);
-                    even_sum = _mm512_dpbusd_epi32(even_sum, even, broadcast32<Arch>(entry + 8 * m));
-                    odd_sum = _mm512_dpbusd_epi32(odd_sum, odd, broadcast32<Arch>(entry + 8 * m + 4));
-                }
-                const __m512 da = broadcast_float<Arch>(entry + 32);
-                __m512 d;
-                if constexpr (std::is_same_v<Block, block_mxfp4>) {
-                    d = _mm512_scalef_ps(da, dw);
-                } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-                    const __m512 ls =
-                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
-                    d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
-                } else {
-                    d = _mm512_mul_ps(dw, da);
-                }
-                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum, odd_sum));
-                acc[which][0] = _mm512_add_ps(acc[which][0], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+                group_product<Arch, Block, 1>(codes, entry, scales, g, table, dw, acc[which]);
             }
         }
     }
