@@ -1,9 +1,9 @@
 // qk::detail::prefetch_line: a hint that the line holding the byte `ahead` bytes past p is read
 // soon, brought into L1 (prefetcht0 on x86, prfm pldl1keep on Arm); prefetch_lines, one such hint
-// per 64 bytes of a span. The mat-vec kernels give it
-// several KiB ahead of what they read, which runs past the end of a row or of the whole matrix:
-// the address is formed as an integer, never as a pointer beyond its object, and a prefetch of
-// any address only fetches a line (it never faults).
+// per 64 bytes of a span. The mat-vec kernels give it several KiB ahead of what they read, which
+// runs past the end of a row or of the whole matrix: the address is formed as an integer, never
+// as a pointer beyond its object, and a prefetch of any address only fetches a line (it never
+// faults).
 #pragma once
 
 #include <cstddef>

@@ -80,6 +80,8 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     const std::size_t per_task = (tiles + chunks - 1) / chunks;
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
     const std::size_t rows = w.rows();
+    // The rows of tile t (only the last may have fewer than 16).
+    const auto rows_of = [&](std::size_t t) { return std::min(packed_tile_rows, rows - t * packed_tile_rows); };
     if constexpr (pairs_tiles_in_gemv<Block, Arch>) {
         if (columns == 1) {
             pool.run(tasks, [&](std::size_t task) {
@@ -92,11 +94,10 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
                     const std::size_t a = begin + k;
                     const std::size_t b = begin + half + k;
                     kernels::tile_pair_product<Arch>(w.tile(a), w.tile(b), panel, y + a * packed_tile_rows, y + b * packed_tile_rows,
-                                                     std::min(packed_tile_rows, rows - b * packed_tile_rows), Arch{});
+                                                     rows_of(b), Arch{});
                 }
                 for (std::size_t t = begin + 2 * half; t < end; ++t) {
-                    kernels::tile_product<Arch>(w.tile(t), panel, 1, y + t * packed_tile_rows, rows,
-                                                std::min(packed_tile_rows, rows - t * packed_tile_rows), Arch{});
+                    kernels::tile_product<Arch>(w.tile(t), panel, 1, y + t * packed_tile_rows, rows, rows_of(t), Arch{});
                 }
             });
             return;
@@ -110,9 +111,7 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
                 const std::size_t n = std::min(packed_panel_columns, columns - c0);
                 const std::uint8_t* entries = panel + c0 * groups * packed_entry_bytes;
                 for (std::size_t t = first; t < last; ++t) {
-                    const std::size_t r0 = t * packed_tile_rows;
-                    kernels::tile_product<Arch>(w.tile(t), entries, n, y + c0 * rows + r0, rows, std::min(packed_tile_rows, rows - r0),
-                                                Arch{});
+                    kernels::tile_product<Arch>(w.tile(t), entries, n, y + c0 * rows + t * packed_tile_rows, rows, rows_of(t), Arch{});
                 }
             }
         }

@@ -283,6 +283,12 @@ QK_TARGET_AVX512VNNI void tile_pair(const packed_tile<Block>& first, const packe
     _mm512_mask_storeu_ps(y1, rows, acc[1][0]);
 }
 
+// The lanes of a tile's first `rows` rows (all 16 from 16 on).
+inline __mmask16 row_mask(std::size_t rows) noexcept
+{
+    return static_cast<__mmask16>(rows >= packed_tile_rows ? 0xffffu : (1u << rows) - 1u);
+}
+
 } // namespace qk::kernels::packed_avx512_detail
 
 namespace qk::kernels {
@@ -292,7 +298,7 @@ QK_TARGET_AVX512VNNI void tile_product(const packed_tile<Block>& tile, const std
                                        std::size_t y_stride, std::size_t rows, arch::requires_arch<arch::avx512vnni>) noexcept
 {
     namespace k = packed_avx512_detail;
-    const auto mask = static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+    const __mmask16 mask = k::row_mask(rows);
     qk::detail::with_column_count(n, [&](auto columns) { k::tile<Arch, Block, decltype(columns)::value>(tile, entries, y, y_stride, mask); });
 }
 
@@ -300,8 +306,7 @@ template <class Arch, class Block>
 QK_TARGET_AVX512VNNI void tile_pair_product(const packed_tile<Block>& first, const packed_tile<Block>& second, const std::uint8_t* entries,
                                             float* y0, float* y1, std::size_t rows, arch::requires_arch<arch::avx512vnni>) noexcept
 {
-    const auto mask = static_cast<__mmask16>(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
-    packed_avx512_detail::tile_pair<Arch, Block>(first, second, entries, y0, y1, mask);
+    packed_avx512_detail::tile_pair<Arch, Block>(first, second, entries, y0, y1, packed_avx512_detail::row_mask(rows));
 }
 
 } // namespace qk::kernels
