@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -22,7 +23,7 @@ using qk::backend::cpu::thread_pool;
 namespace {
 
 constexpr std::size_t thread_counts[] = {1, 2, 3, 7}; // 7: more threads than cores and than some matrices' rows
-constexpr std::size_t row_counts[] = {1, 3, 64, 257};
+constexpr std::size_t row_counts[] = {1, 3, 10, 64, 257}; // ascending: weights() holds the last; 10 gives tasks of 2 and 3 rows
 constexpr std::size_t max_cols = 4096;
 
 // One weight matrix per format, as large as the largest shape; smaller shapes use a prefix of
@@ -32,7 +33,7 @@ const std::vector<Block>& weights()
 {
     // Random blocks, not quantized ones: quantizing a 257 x 4096 matrix with the IQ4 search takes
     // about a second per format, far beyond this suite's budget.
-    static const auto blocks = qk_inputs::random_blocks<Block>(row_counts[3] * max_cols / qk::format_traits<Block>::block_size, 7);
+    static const auto blocks = qk_inputs::random_blocks<Block>(row_counts[std::size(row_counts) - 1] * max_cols / qk::format_traits<Block>::block_size, 7);
     return blocks;
 }
 

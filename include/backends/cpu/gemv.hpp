@@ -142,9 +142,10 @@ gemm_shape check_gemm(gemm_entry entry, std::size_t w_blocks, std::size_t rows, 
 // Rows go to tasks in contiguous chunks, several chunks per thread: the pool hands tasks out
 // as threads free up, which evens out threads that the OS preempts on a busy machine, while
 // each chunk is still long enough for the hardware prefetchers to stream it.
-// No software prefetch here: a task reads one sequential stream (its rows, or its tiles' units
-// with the scales between the codes). The hardware prefetchers alone do not bring it at the
-// memory's pace, though, so the kernels prefetch 4-8 KiB ahead within it: Q8_0 rows in
+// No software prefetch here: a task reads one or two sequential streams (its rows, or its
+// tiles' units with the scales between the codes; two in the mat-vecs of for_each_row and of the
+// packed tile pairs). The hardware prefetchers alone do not bring them at the memory's pace,
+// though, so the kernels prefetch 4-8 KiB ahead within each: Q8_0 rows in
 // dot/avx2.hpp and dot/avx512vnni.hpp, the 4-bit rows' split kernels in dot/avx512vbmi.hpp, the
 // tiles in packed/avx2.hpp and packed/avx512vnni.hpp, each saying what it gains. Those gains
 // show only where both sides read the same buffers: two sets of copies of one matrix, allocated
@@ -164,6 +165,37 @@ void run_row_chunks(std::size_t rows, backend::cpu::thread_pool& pool, Task&& ro
     });
 }
 
+// Mat-vecs whose tasks read their rows as two streams: rows i of the task's first and second
+// halves in turn. Two streams per thread come from memory faster than one on Zen 5 (the packed
+// tiles of IQ4_NL and NVFP4 pair for the same reason, packed_gemm.hpp). 14336 x 4096 from memory
+// against rows in order, both on copies allocated in turn, 6 runs of 15-41 shuffled rounds
+// (medians of the runs' medians): Q8_0 1.09 at one thread, 1.06 at two (avx2 tag: 1.16-1.25);
+// MXFP4 1.08 and 1.06; IQ4_NL 1.03 and 1.05 (0.89-1.11 by run); NVFP4 0.98 and 0.99, IQ4_XS
+// 0.95 and 0.97, which keep their rows in order. With several columns each row is read once
+// for all of them, from cache after the first, and order does not matter.
+template <class Block>
+inline constexpr bool pairs_rows_in_gemv =
+    std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>;
+
+// Calls row(r) once for each r in [begin, end), in two streams where pairs_rows_in_gemv says so.
+template <class Block, class Row>
+void for_each_row(std::size_t begin, std::size_t end, std::size_t columns, Row&& row)
+{
+    if (pairs_rows_in_gemv<Block> && columns == 1) {
+        const std::size_t half = (end - begin + 1) / 2;
+        for (std::size_t r = begin; r < begin + half; ++r) {
+            row(r);
+            if (r + half < end) {
+                row(r + half);
+            }
+        }
+        return;
+    }
+    for (std::size_t r = begin; r < end; ++r) {
+        row(r);
+    }
+}
+
 // The rows on the split kernels: each column's quantized activations laid out once, after all of
 // them in scratch, 64-byte aligned.
 template <class Block, class Arch>
@@ -181,13 +213,13 @@ void gemm_split(const Block* w, const gemm_shape& shape, float* y, backend::cpu:
         split::lay_out(quantized, laid_out + c * split_bytes);
     }
     run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
-        for (std::size_t r = begin; r < end; ++r) {
+        for_each_row<Block>(begin, end, shape.columns, [&](std::size_t r) {
             const Block* row = w + r * blocks;
             for (std::size_t c = 0; c < shape.columns; ++c) {
                 const split activations{scratch + c * activation_blocks, laid_out + c * split_bytes};
                 y[c * shape.rows + r] = kernels::dot<Arch>(row, activations, blocks, Arch{});
             }
-        }
+        });
     });
 }
 
@@ -213,13 +245,13 @@ void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, 
         }
     }
     run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
-        for (std::size_t r = begin; r < end; ++r) {
+        for_each_row<Block>(begin, end, shape.columns, [&](std::size_t r) {
             // The row stays in L1 while every column uses it: weights are read from memory once.
             const Block* row = w + r * shape.blocks_per_row;
             for (std::size_t c = 0; c < shape.columns; ++c) {
                 y[c * shape.rows + r] = kernels::dot<Arch>(row, scratch + c * activation_blocks, shape.blocks_per_row, Arch{});
             }
-        }
+        });
     });
 }
 
