@@ -285,18 +285,35 @@ void check_quantizer_edges()
     }
 }
 
-// The kernels' integer extremes: every weight of the largest magnitude the format has (Q8_0's
-// -128, the grids' -12 and -127) against activations of -127, so that every product is the
-// largest positive one and every sum of products as large as it gets (the AVX2 kernel's int16
-// pair sums, and MXFP4's int16 group sums, at their limits).
+// The kernels' integer extremes. Negative: every weight of the largest negative value the format
+// has (Q8_0's -128, the grids' -12 and -127) against activations of -127, so that every product
+// is the largest positive one and every sum of products as large as it gets (the AVX2 kernel's
+// int16 pair sums, and MXFP4's int16 group sums, at their limits). Positive: the largest positive
+// weight (127, 12, 113) against activations of 127, the limits of the AVX2 kernel's int16 sums of
+// weights biased into [0, 24] (packed/avx2.hpp's biased_weights).
+enum class extremes { none, negative, positive };
+
 template <class Block>
-void make_extreme(Block& w)
+void make_extreme(Block& w, extremes kind)
 {
+    const bool negative = kind == extremes::negative;
     if constexpr (std::is_same_v<Block, qk::block_q8_0>) {
-        w.qs.fill(-128);
+        w.qs.fill(negative ? -128 : 127);
+    } else if constexpr (std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_nvfp4>) {
+        w.qs.fill(negative ? 0xff : 0x77); // code 15 is -12, code 7 is 12
     } else {
-        // code 15 (MXFP4 and NVFP4 -12) or 0 (IQ4 -127)
-        w.qs.fill(std::is_same_v<Block, qk::block_mxfp4> || std::is_same_v<Block, qk::block_nvfp4> ? 0xff : 0x00);
+        w.qs.fill(negative ? 0x00 : 0xff); // code 0 is -127, code 15 is 113
+    }
+}
+
+// An activation value: random ones clamped to [-127, 127] (the range of the quantizers that fill
+// a panel), or the extreme that goes with the weights'.
+std::int8_t extreme_activation(std::int8_t random, extremes kind)
+{
+    switch (kind) {
+    case extremes::negative: return -127;
+    case extremes::positive: return 127;
+    default: return static_cast<std::int8_t>(std::max<int>(random, -127));
     }
 }
 
@@ -311,13 +328,13 @@ void check_tile_product_against_generic()
     using activation = typename qk::format_traits<Block>::vec_dot_type;
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
     constexpr std::uint32_t sentinel = 0x7fc0beef;
-    for (const bool extreme : {false, true}) {
+    for (const extremes extreme : {extremes::none, extremes::negative, extremes::positive}) {
         // Up to 5 blocks a row: a second packed unit, whole or partial, for every format.
         for (const std::size_t blocks : {1u, 2u, 3u, 5u}) {
             for (std::size_t rows = 1; rows <= qk::packed_tile_rows; ++rows) {
                 auto w = qk_inputs::random_blocks<Block>(rows * blocks, static_cast<std::uint32_t>(rows * 17 + blocks));
-                if (extreme) {
-                    std::for_each(w.begin(), w.end(), make_extreme<Block>);
+                if (extreme != extremes::none) {
+                    std::for_each(w.begin(), w.end(), [&](Block& block) { make_extreme(block, extreme); });
                 }
                 const qk::packed_matrix<Block> packed(w, rows, blocks * size);
                 // NVFP4's blocks pair with two activation blocks each.
@@ -326,7 +343,7 @@ void check_tile_product_against_generic()
                     auto a = qk_inputs::random_blocks<activation>(n * a_blocks, static_cast<std::uint32_t>(n * 101 + rows));
                     for (auto& block : a) {
                         for (auto& q : block.qs) {
-                            q = extreme ? std::int8_t{-127} : static_cast<std::int8_t>(std::max<int>(q, -127));
+                            q = extreme_activation(q, extreme);
                         }
                     }
                     const std::size_t groups = blocks * size / 32;
@@ -339,7 +356,7 @@ void check_tile_product_against_generic()
                                                                   qk::arch::generic{});
                     qk::kernels::tile_product<tag>(packed.tile(0), panel.data(), n, actual.data(), stride, rows, tag{});
                     for (std::size_t i = 0; i < expected.size(); ++i) {
-                        CAPTURE(extreme);
+                        CAPTURE(static_cast<int>(extreme));
                         CAPTURE(blocks);
                         CAPTURE(rows);
                         CAPTURE(n);
@@ -362,20 +379,20 @@ void check_tile_pair_against_generic()
     constexpr std::size_t size = qk::format_traits<Block>::block_size;
     constexpr std::size_t tile_rows = qk::packed_tile_rows;
     constexpr std::uint32_t sentinel = 0x7fc0beef;
-    for (const bool extreme : {false, true}) {
+    for (const extremes extreme : {extremes::none, extremes::negative, extremes::positive}) {
         for (const std::size_t blocks : {1u, 2u, 3u, 5u}) {
             for (std::size_t rows = 1; rows <= tile_rows; ++rows) {
                 const std::size_t all_rows = tile_rows + rows;
                 auto w = qk_inputs::random_blocks<Block>(all_rows * blocks, static_cast<std::uint32_t>(rows * 29 + blocks));
-                if (extreme) {
-                    std::for_each(w.begin(), w.end(), make_extreme<Block>);
+                if (extreme != extremes::none) {
+                    std::for_each(w.begin(), w.end(), [&](Block& block) { make_extreme(block, extreme); });
                 }
                 const qk::packed_matrix<Block> packed(w, all_rows, blocks * size);
                 const std::size_t a_blocks = blocks * qk::activation_blocks_per_block<Block>;
                 auto a = qk_inputs::random_blocks<activation>(a_blocks, static_cast<std::uint32_t>(rows * 7 + blocks));
                 for (auto& block : a) {
                     for (auto& q : block.qs) {
-                        q = extreme ? std::int8_t{-127} : static_cast<std::int8_t>(std::max<int>(q, -127));
+                        q = extreme_activation(q, extreme);
                     }
                 }
                 std::vector<std::uint8_t> panel(qk::packed_panel_bytes(blocks * size / 32, 1));
@@ -391,7 +408,7 @@ void check_tile_pair_against_generic()
                                                               qk::arch::generic{});
                 qk::kernels::tile_pair_product<tag>(packed.tile(0), packed.tile(1), panel.data(), actual.data(), actual_second, rows, tag{});
                 for (std::size_t i = 0; i < expected.size(); ++i) {
-                    CAPTURE(extreme);
+                    CAPTURE(static_cast<int>(extreme));
                     CAPTURE(blocks);
                     CAPTURE(rows);
                     CAPTURE(i);

@@ -26,8 +26,9 @@
 // Technique: the products go through vpmaddubsw as in dot/avx2.hpp (|w| times the activation
 // carrying w's sign, exact for any weight byte and activations in [-127, 127], the range of the
 // quantizers that fill a panel), so the 8-bit codes are unbiased (xor 0x80) and the 4-bit codes
-// decoded through the signed grid, once per vector and half tile; the panel's corrections are not
-// used. Each column's four-byte activation groups are broadcast from memory. With 16 vector
+// decoded through the signed grid, once per vector and half tile; the panel's corrections serve
+// only the mat-vecs of MXFP4 and NVFP4, whose weights go in biased instead (biased_weights).
+// Each column's four-byte activation groups are broadcast from memory. With 16 vector
 // registers there is no room for two halves of N columns of accumulators, so the kernel runs the
 // eight vectors of a group over one half, flushes the int32 sums into float accumulators kept on
 // the stack (the reference's unfused steps), then takes the other half. MXFP4's doubled values
@@ -43,7 +44,28 @@ template <class Block>
 inline constexpr bool sums_in_int16 = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>;
 static_assert(std::ranges::all_of(mxfp4_values, [](int v) { return v >= -12 && v <= 12; }) && 8 * 2 * 12 * 127 <= 32767);
 
-// Signed weights of vector k (values 4k .. 4k + 3) of rows 8h .. 8h + 7 of a code group.
+// In a mat-vec (one or two columns) MXFP4's and NVFP4's weights go in biased by +12, into
+// [0, 24]: vpmaddubsw takes them as its unsigned operand as they are and the activations as its
+// signed one, with no vpabsb and vpsignb, and 12 times the activations' sum comes off each int32
+// sum: the panel's corrections (-128 times that sum) times 12 / 128, exactly. A pair sum is then
+// at most 2 * 24 * 127, and four vectors' add up in int16 (an NVFP4 sub-block; an MXFP4 group in
+// two halves). The decoding, the products and the sums are the same instructions but for those
+// two, so the bits stay the reference's. A set of more columns keeps the signed form: its sums
+// of both halves for every column would not fit in the registers.
+template <class Block, std::size_t N>
+inline constexpr bool biased_weights = sums_in_int16<Block> && N <= 2;
+inline constexpr int weight_bias = 12;
+static_assert(4 * 2 * 2 * weight_bias * 127 <= 32767);
+alignas(16) inline constexpr std::array<std::uint8_t, 16> mxfp4_biased = [] {
+    std::array<std::uint8_t, 16> biased{};
+    for (std::size_t i = 0; i < 16; ++i) {
+        biased[i] = static_cast<std::uint8_t>(mxfp4_values[i] + weight_bias);
+    }
+    return biased;
+}();
+
+// Weights of vector k (values 4k .. 4k + 3) of rows 8h .. 8h + 7 of a code group: signed, or
+// biased where `grid` is (biased_weights).
 template <class Arch, class Block>
 QK_PACKED_AVX2_INLINE __m256i weights(const std::uint8_t* codes, std::size_t k, std::size_t h, __m256i grid) noexcept
 {
@@ -100,6 +122,13 @@ QK_PACKED_AVX2_INLINE void vector_products(const std::uint8_t* codes, const std:
                                            __m256i (&sum)[N]) noexcept
 {
     const __m256i w = weights<Arch, Block>(codes, k, h, grid);
+    if constexpr (biased_weights<Block, N>) {
+#pragma GCC unroll 2
+        for (std::size_t c = 0; c < N; ++c) {
+            sum[c] = _mm256_add_epi16(sum[c], _mm256_maddubs_epi16(w, broadcast32<Arch>(entries + 32 * c + 4 * k)));
+        }
+        return;
+    }
     const __m256i magnitude = _mm256_abs_epi8(w);
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < N; ++c) {
@@ -126,7 +155,31 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
     for (std::size_t c = 0; c < N; ++c) {
         sum[c] = _mm256_setzero_si256();
     }
-    if constexpr (N <= 2) {
+    __m256i total[N];
+    if constexpr (biased_weights<Block, N>) {
+        // Four vectors at a time in int16, then the bias off (see biased_weights).
+#pragma GCC unroll 2
+        for (std::size_t c = 0; c < N; ++c) {
+            std::int32_t all;
+            std::int32_t first;
+            std::memcpy(&all, entries + 36 * N + 4 * c, sizeof all);
+            std::memcpy(&first, entries + 40 * N + 4 * c, sizeof first);
+            const std::int32_t correction = K1 - K0 == 8 ? all : K0 == 0 ? first : all - first;
+            total[c] = _mm256_set1_epi32(correction / 128 * weight_bias);
+        }
+#pragma GCC unroll 2
+        for (std::size_t k0 = K0; k0 < K1; k0 += 4) {
+#pragma GCC unroll 4
+            for (std::size_t k = k0; k < k0 + 4; ++k) {
+                vector_products<Arch, Block, N>(codes, entries, k, h, grid, sum);
+            }
+#pragma GCC unroll 2
+            for (std::size_t c = 0; c < N; ++c) {
+                total[c] = _mm256_add_epi32(total[c], _mm256_madd_epi16(sum[c], ones));
+                sum[c] = _mm256_setzero_si256();
+            }
+        }
+    } else if constexpr (N <= 2) {
         // Few columns: unrolled, so that the loads of the eight vectors go out together (mat-vec).
 #pragma GCC unroll 8
         for (std::size_t k = K0; k < K1; ++k) {
@@ -152,8 +205,10 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
         if constexpr (std::is_same_v<Block, block_iq4_xs>) {
             d = _mm256_mul_ps(rounded<Arch>(d), ls);
         }
-        const __m256i total = sums_in_int16<Block> ? _mm256_madd_epi16(sum[c], ones) : sum[c];
-        const __m256 term = rounded<Arch>(_mm256_mul_ps(rounded<Arch>(d), _mm256_cvtepi32_ps(total)));
+        if constexpr (!biased_weights<Block, N>) {
+            total[c] = sums_in_int16<Block> ? _mm256_madd_epi16(sum[c], ones) : sum[c];
+        }
+        const __m256 term = rounded<Arch>(_mm256_mul_ps(rounded<Arch>(d), _mm256_cvtepi32_ps(total[c])));
         float* a = acc[c] + 8 * h;
         _mm256_store_ps(a, _mm256_add_ps(_mm256_load_ps(a), term));
     }
@@ -175,7 +230,9 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
     // As on AVX-512: with a full set of Q8_0 columns the prefetches cost more than they bring.
     constexpr bool prefetch = !(std::is_same_v<Block, block_q8_0> && N == packed_panel_columns);
     __m256i grid = _mm256_setzero_si256();
-    if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
+    if constexpr (biased_weights<Block, N>) {
+        grid = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(mxfp4_biased.data())));
+    } else if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_values.data())));
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data())));
