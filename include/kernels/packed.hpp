@@ -347,6 +347,20 @@ struct panel_group {
     std::int32_t first_half_correction;
 };
 
+// Which of a group's values a correction read back from a panel covers: all 32, or the first or
+// last 16 (NVFP4's sub-blocks).
+enum class panel_values { all, first_half, second_half };
+
+// Column c's correction in a panel entry of an n-column set (pack_panel's layout).
+[[nodiscard]] inline std::int32_t panel_correction(const std::uint8_t* entry, std::size_t n, std::size_t c, panel_values values) noexcept
+{
+    std::int32_t all;
+    std::int32_t first_half;
+    std::memcpy(&all, entry + 36 * n + 4 * c, sizeof all);
+    std::memcpy(&first_half, entry + 40 * n + 4 * c, sizeof first_half);
+    return values == panel_values::all ? all : values == panel_values::first_half ? first_half : all - first_half;
+}
+
 // The corrections are summed from the qs rather than taken from Q8_K's bsums, so that a block
 // whose bsums disagree with its qs gives what the reference (which ignores bsums) gives.
 inline std::int32_t correction(const std::int8_t* qs, std::size_t count) noexcept

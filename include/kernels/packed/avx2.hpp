@@ -180,11 +180,9 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
         }
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < N; ++c) {
-            std::int32_t all;
-            std::int32_t first;
-            std::memcpy(&all, entries + 36 * N + 4 * c, sizeof all);
-            std::memcpy(&first, entries + 40 * N + 4 * c, sizeof first);
-            const std::int32_t correction = K1 - K0 == 8 ? all : K0 == 0 ? first : all - first;
+            using qk::detail::panel_values;
+            const panel_values values = K1 - K0 == 8 ? panel_values::all : K0 == 0 ? panel_values::first_half : panel_values::second_half;
+            const std::int32_t correction = qk::detail::panel_correction(entries, N, c, values);
             total[c] = _mm256_add_epi32(total[c], _mm256_set1_epi32(correction / 128 * weight_bias));
         }
     } else if constexpr (N <= 2) {

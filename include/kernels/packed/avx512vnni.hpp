@@ -132,11 +132,9 @@ template <class Arch, std::size_t N>
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < N; ++c) {
             // The sub-block's bias: the panel's for the group's first 16 values, or the rest of the group's.
-            std::int32_t group;
-            std::int32_t first_half;
-            std::memcpy(&group, entries + 36 * N + 4 * c, sizeof group);
-            std::memcpy(&first_half, entries + 40 * N + 4 * c, sizeof first_half);
-            even_sum[c] = _mm512_set1_epi32(i == 0 ? first_half : group - first_half);
+            using qk::detail::panel_values;
+            const panel_values values = i == 0 ? panel_values::first_half : panel_values::second_half;
+            even_sum[c] = _mm512_set1_epi32(qk::detail::panel_correction(entries, N, c, values));
             odd_sum[c] = _mm512_setzero_si512();
         }
         multiply_pairs<Arch, block_nvfp4, N>(codes, entries, 2 * i, 2 * i + 2, table, even_sum, odd_sum);
