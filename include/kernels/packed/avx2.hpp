@@ -37,14 +37,7 @@ namespace qk::kernels::packed_avx2_detail {
 
 #define QK_PACKED_AVX2_INLINE [[gnu::always_inline]] QK_TARGET_AVX2 inline
 
-// The signed form of packed/sse4_2.hpp: MXFP4's and NVFP4's doubled values are at most 12 in
-// magnitude, so their int16 pair sums add up over a whole group (8 * 2 * 12 * 127 < 2^15) before
-// one pmaddwd.
-template <class Block>
-inline constexpr bool sums_in_int16 = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>;
-static_assert(std::ranges::all_of(mxfp4_values, [](int v) { return v >= -12 && v <= 12; }) && 8 * 2 * 12 * 127 <= 32767);
-
-// Here MXFP4's and NVFP4's weights go in biased by +12, into [0, 24]: vpmaddubsw takes them as its
+// MXFP4's and NVFP4's weights go in biased by +12, into [0, 24]: vpmaddubsw takes them as its
 // unsigned operand as they are and the activations as its signed one, with no vpabsb and vpsignb,
 // and 12 times the activations' sum comes off each int32 sum: the panel's corrections (-128 times
 // that sum) times 12 / 128, exactly. A pair sum is then at most 2 * 24 * 127, and four vectors' add
@@ -238,8 +231,6 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
     __m256i grid = _mm256_setzero_si256();
     if constexpr (biased_weights<Block>) {
         grid = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(mxfp4_biased.data())));
-    } else if constexpr (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>) {
-        grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_values.data())));
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data())));
     }

@@ -4,6 +4,7 @@
 // without F16C: checked bit for bit against packed/generic.hpp.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -16,21 +17,26 @@
 #include "../formats.hpp"
 #include "../packed.hpp"
 #include "../target.hpp"
-#include "avx2.hpp"
 #include "generic.hpp"
 
 #if QK_HAS_X86_KERNELS
 #include <immintrin.h>
 
-// Technique as in packed/avx2.hpp (products through pmaddubsw, |w| times the activation carrying
-// w's sign; MXFP4's int16 pair sums added over a whole group, NVFP4's over each 16-value
-// sub-block, flushed on its own with its own scales; the reference's unfused steps into
-// float accumulators on the stack), with the tile's 16 rows taken four at a time: the 16 vector
-// registers then hold the accumulators of all eight columns. Without F16C the fp16 scales are
+// Technique as in packed/avx2.hpp for Q8_0 and the IQ4 grids (products through pmaddubsw, |w|
+// times the activation carrying w's sign; the reference's unfused steps into float accumulators
+// on the stack), for MXFP4 and NVFP4 too (sums_in_int16), with the tile's 16 rows taken four at a
+// time: the 16 vector registers then hold the accumulators of all eight columns. Without F16C the fp16 scales are
 // converted as the SSE4.2 dot kernels convert theirs (dot/sse4_2.hpp: fp16x4_to_fp32).
 namespace qk::kernels::packed_sse4_2_detail {
 
 #define QK_PACKED_SSE4_2_INLINE [[gnu::always_inline]] QK_TARGET_SSE4_2 inline
+
+// MXFP4's and NVFP4's doubled values are at most 12 in magnitude, so their int16 pair sums add up
+// over a whole group (8 * 2 * 12 * 127 < 2^15) before one pmaddwd; NVFP4's over each 16-value
+// sub-block, which is flushed on its own with its own scales.
+template <class Block>
+inline constexpr bool sums_in_int16 = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>;
+static_assert(std::ranges::all_of(mxfp4_values, [](int v) { return v >= -12 && v <= 12; }) && 8 * 2 * 12 * 127 <= 32767);
 
 // Signed weights of vector k (values 4k .. 4k + 3) of rows 4q .. 4q + 3 of a code group.
 template <class Arch, class Block>
@@ -89,7 +95,7 @@ QK_PACKED_SSE4_2_INLINE void vector_products(const std::uint8_t* codes, const st
     for (std::size_t c = 0; c < N; ++c) {
         const __m128i a = broadcast32<Arch>(entries + 32 * c + 4 * k);
         const __m128i pairs = _mm_maddubs_epi16(magnitude, _mm_sign_epi8(a, w));
-        if constexpr (packed_avx2_detail::sums_in_int16<Block>) {
+        if constexpr (sums_in_int16<Block>) {
             sum[c] = _mm_add_epi16(sum[c], pairs);
         } else {
             sum[c] = _mm_add_epi32(sum[c], _mm_madd_epi16(pairs, _mm_set1_epi16(1)));
@@ -127,7 +133,7 @@ QK_PACKED_SSE4_2_INLINE void quarter_group(const std::uint8_t* codes, const std:
         if constexpr (std::is_same_v<Block, block_iq4_xs>) {
             d = _mm_mul_ps(rounded<Arch>(d), ls);
         }
-        const __m128i total = packed_avx2_detail::sums_in_int16<Block> ? _mm_madd_epi16(sum[c], _mm_set1_epi16(1)) : sum[c];
+        const __m128i total = sums_in_int16<Block> ? _mm_madd_epi16(sum[c], _mm_set1_epi16(1)) : sum[c];
         const __m128 term = rounded<Arch>(_mm_mul_ps(rounded<Arch>(d), _mm_cvtepi32_ps(total)));
         float* a = acc[c] + 4 * q;
         _mm_store_ps(a, _mm_add_ps(_mm_load_ps(a), term));
