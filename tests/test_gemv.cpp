@@ -67,9 +67,10 @@ std::vector<float> dot_per_row(std::span<const Block> w, std::size_t rows, std::
     const std::size_t blocks_per_row = cols / qk::format_traits<Block>::block_size;
     std::vector<float> y(rows);
 #if QK_HAS_X86_KERNELS
-    // Rows of the 4-bit formats of 1024 values or more on avx512vbmi: the split kernel, on the
-    // activations as split_activations lays them out (tests/arch checks it against the reference).
-    if constexpr (std::is_base_of_v<qk::arch::avx512vbmi, Arch> && !std::is_same_v<Block, qk::block_q8_0>) {
+    // Rows of 1024 values or more in the formats with split kernels on this tag (the 4-bit formats
+    // on avx512vbmi, MXFP4 on avx2): the split kernel, on the activations as split_activations lays
+    // them out (tests/arch checks it against the reference).
+    if constexpr (qk::kernels::has_split_dot<Block, Arch>) {
         if (cols >= 1024) {
             using split = qk::kernels::split_activations<Block>;
             std::vector<std::byte> laid_out(split::bytes_for(blocks_per_row));
@@ -172,7 +173,20 @@ TEST_CASE_TEMPLATE_DEFINE("gemv equals qk::dot row by row, bit for bit, on every
 {
     check_gemv_equals_dot_per_row<Block, qk::arch::native>();
     // The tag a portable binary picks at run time, which is a SIMD tag even without -march.
-    qk::dispatch([]<class Tag>(Tag) { check_gemv_equals_dot_per_row<Block, Tag>(); });
+    std::string dispatched;
+    qk::dispatch([&]<class Tag>(Tag) {
+        dispatched = qk::arch::name<Tag>();
+        check_gemv_equals_dot_per_row<Block, Tag>();
+    });
+    // The other tags this CPU runs on which gemv takes split kernels for Block (on an AVX-512 VBMI
+    // machine, MXFP4's on avx2), so that those paths run wherever the CPU can.
+    qk::for_each_runnable(qk::detect_cpu_features(), [&]<class Tag>(Tag) {
+        if constexpr (qk::kernels::has_split_dot<Block, Tag>) {
+            if (qk::arch::name<Tag>() != dispatched && !std::is_same_v<Tag, qk::arch::native>) {
+                check_gemv_equals_dot_per_row<Block, Tag>();
+            }
+        }
+    });
 }
 TEST_CASE_TEMPLATE_APPLY(gemv_equals_dot_row_by, qk::weight_formats::tuple);
 

@@ -73,10 +73,11 @@ double magnitude(std::span<const Block> w, std::span<const Activation> a)
     return sum;
 }
 
-// Mat-vec's kernels for the 4-bit formats' rows on avx512vbmi (and its children), on activations
-// laid out by split_activations: checked as qk::dot is, at every length and placement.
+// Mat-vec's kernels for the 4-bit formats' rows on avx512vbmi (and its children) and for MXFP4's
+// on avx2, on activations laid out by split_activations: checked as qk::dot is, at every length
+// and placement.
 template <class Block>
-constexpr bool has_split_kernel = QK_HAS_X86_KERNELS && std::is_base_of_v<qk::arch::avx512vbmi, tag> && !std::is_same_v<Block, qk::block_q8_0>;
+constexpr bool has_split_kernel = qk::kernels::has_split_dot<Block, tag>;
 
 // The split kernel's result, its layout `offset` bytes past a 64-byte boundary.
 template <class Block>

@@ -3,7 +3,8 @@
 // the CPU backend's threaded driver over the single-threaded kernels/dot.hpp.
 // The activations are quantized once to the format's activation blocks; each output value is one
 // dot kernel call on the tag: qk::dot's, so results equal a loop of qk::dot over the rows bit for
-// bit, except for the 4-bit formats' rows of 1024 values or more on avx512vbmi, whose kernels read
+// bit, except for rows of 1024 values or more in the formats with split kernels on the tag (the
+// 4-bit formats on avx512vbmi, MXFP4 and NVFP4 on avx2: kernels::has_split_dot), whose kernels read
 // the activations laid out once per call (kernels::split_activations) and sum in another order.
 #pragma once
 
@@ -28,7 +29,7 @@
 namespace qk {
 namespace detail {
 
-// The formats with split kernels (kernels::split_activations) on avx512vbmi.
+// The formats with a split layout (kernels::split_activations), whether or not a tag has kernels for it.
 template <class Block>
 inline constexpr bool has_split_layout = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> ||
                                          std::is_same_v<Block, block_nvfp4> || std::is_same_v<Block, block_iq4_xs>;
@@ -43,7 +44,7 @@ template <class Block>
 }
 
 template <class Block, class Arch>
-inline constexpr bool has_split_kernels = QK_HAS_X86_KERNELS && std::is_base_of_v<arch::avx512vbmi, Arch> && has_split_layout<Block>;
+inline constexpr bool has_split_kernels = kernels::has_split_dot<Block, Arch>;
 
 // Scratch blocks past the quantized activations that hold their split layouts (any tag may run:
 // the size cannot depend on it), with room to align them to 64 bytes.

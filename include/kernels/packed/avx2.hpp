@@ -49,16 +49,8 @@ namespace qk::kernels::packed_avx2_detail {
 // or 512 columns 1.11-1.14x and 1.07-1.08x.
 template <class Block>
 inline constexpr bool biased_weights = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>;
-inline constexpr int weight_bias = 12;
-static_assert(std::ranges::all_of(mxfp4_values, [](int v) { return v >= -weight_bias && v <= weight_bias; }) &&
-              4 * 2 * 2 * weight_bias * 127 <= 32767);
-alignas(16) inline constexpr std::array<std::uint8_t, 16> mxfp4_biased = [] {
-    std::array<std::uint8_t, 16> biased{};
-    for (std::size_t i = 0; i < 16; ++i) {
-        biased[i] = static_cast<std::uint8_t>(mxfp4_values[i] + weight_bias);
-    }
-    return biased;
-}();
+inline constexpr int weight_bias = avx2_detail::mxfp4_bias;
+static_assert(4 * 2 * 2 * weight_bias * 127 <= 32767);
 
 // Weights of vector k (values 4k .. 4k + 3) of rows 8h .. 8h + 7 of a code group: signed, or
 // biased where `grid` is (biased_weights).
@@ -230,7 +222,7 @@ QK_TARGET_AVX2 void tile(const packed_tile<Block>& t, const std::uint8_t* entrie
     constexpr bool prefetch = !(std::is_same_v<Block, block_q8_0> && N == packed_panel_columns);
     __m256i grid = _mm256_setzero_si256();
     if constexpr (biased_weights<Block>) {
-        grid = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(mxfp4_biased.data())));
+        grid = avx2_detail::mxfp4_biased_table<Arch>();
     } else if constexpr (!std::is_same_v<Block, block_q8_0>) {
         grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values.data())));
     }
