@@ -361,7 +361,7 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, split_activations<block_mxfp4> a,
             acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), scales, acc[h]);
         }
     }
-    // The last 0-15 blocks: the kernel above.
+    // The last 0-15 blocks: the row kernel above.
     const float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc[0], acc[1])) + dot<Arch>(w + full, a.blocks + full, blocks - full, arch::avx2{});
     return k::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
@@ -451,7 +451,7 @@ QK_TARGET_AVX2 float dot(const block_nvfp4* w, split_activations<block_nvfp4> a,
             acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), scales, acc[h]);
         }
     }
-    // The last 0-3 blocks: the kernel above.
+    // The last 0-3 blocks: the row kernel above.
     const float sum = k::reduce_ps<Arch>(_mm256_add_ps(acc[0], acc[1])) + dot<Arch>(w + full, a.blocks + 2 * full, blocks - full, arch::avx2{});
     return k::finite_or_reference<Arch>(sum, w, a.blocks, blocks);
 }
