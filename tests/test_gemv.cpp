@@ -68,8 +68,8 @@ std::vector<float> dot_per_row(std::span<const Block> w, std::size_t rows, std::
     std::vector<float> y(rows);
 #if QK_HAS_X86_KERNELS
     // Rows of 1024 values or more in the formats with split kernels on this tag (the 4-bit formats
-    // on avx512vbmi, MXFP4 on avx2): the split kernel, on the activations as split_activations lays
-    // them out (tests/arch checks it against the reference).
+    // on avx512vbmi, MXFP4 and NVFP4 on avx2 and sse4_2): the split kernel, on the activations as
+    // split_activations lays them out (tests/arch checks it against the reference).
     if constexpr (qk::kernels::has_split_dot<Block, Arch>) {
         if (cols >= 1024) {
             using split = qk::kernels::split_activations<Block>;
@@ -179,7 +179,7 @@ TEST_CASE_TEMPLATE_DEFINE("gemv equals qk::dot row by row, bit for bit, on every
         check_gemv_equals_dot_per_row<Block, Tag>();
     });
     // The other tags this CPU runs on which gemv takes split kernels for Block (on an AVX-512 VBMI
-    // machine, MXFP4's on avx2), so that those paths run wherever the CPU can.
+    // machine, MXFP4's and NVFP4's on avx2 and sse4_2), so that those paths run wherever the CPU can.
     qk::for_each_runnable(qk::detect_cpu_features(), [&]<class Tag>(Tag) {
         if constexpr (qk::kernels::has_split_dot<Block, Tag>) {
             if (qk::arch::name<Tag>() != dispatched && !std::is_same_v<Tag, qk::arch::native>) {

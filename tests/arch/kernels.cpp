@@ -74,8 +74,8 @@ double magnitude(std::span<const Block> w, std::span<const Activation> a)
 }
 
 // Mat-vec's kernels for the 4-bit formats' rows on avx512vbmi (and its children) and for MXFP4's
-// on avx2, on activations laid out by split_activations: checked as qk::dot is, at every length
-// and placement.
+// and NVFP4's on avx2 and sse4_2, on activations laid out by split_activations: checked as qk::dot
+// is, at every length and placement.
 template <class Block>
 constexpr bool has_split_kernel = qk::kernels::has_split_dot<Block, tag>;
 

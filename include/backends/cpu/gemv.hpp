@@ -4,7 +4,7 @@
 // The activations are quantized once to the format's activation blocks; each output value is one
 // dot kernel call on the tag: qk::dot's, so results equal a loop of qk::dot over the rows bit for
 // bit, except for rows of 1024 values or more in the formats with split kernels on the tag (the
-// 4-bit formats on avx512vbmi, MXFP4 and NVFP4 on avx2: kernels::has_split_dot), whose kernels read
+// 4-bit formats on avx512vbmi, MXFP4 and NVFP4 on avx2 and sse4_2: kernels::has_split_dot), whose kernels read
 // the activations laid out once per call (kernels::split_activations) and sum in another order.
 #pragma once
 

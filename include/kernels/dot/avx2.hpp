@@ -4,7 +4,6 @@
 // dot/generic.hpp; the AVX-512 tags have kernels of their own, which take their tails here.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -273,24 +272,14 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t 
 }
 
 namespace avx2_detail {
-// The E2M1 grid of MXFP4 and NVFP4 biased by +12, into [0, 24]: vpmaddubsw's unsigned operand as it
-// is (the split kernels below, packed/avx2.hpp's tiles), 12 times the activations' sum taken off.
-inline constexpr int mxfp4_bias = 12;
-alignas(16) inline constexpr std::array<std::uint8_t, 16> mxfp4_biased = [] {
-    std::array<std::uint8_t, 16> biased{};
-    for (std::size_t i = 0; i < 16; ++i) {
-        biased[i] = static_cast<std::uint8_t>(mxfp4_values[i] + mxfp4_bias);
-    }
-    return biased;
-}();
-static_assert(std::ranges::all_of(mxfp4_values, [](int v) { return v >= -mxfp4_bias && v <= mxfp4_bias; }));
+// MXFP4's and NVFP4's E2M1 grid biased by +12 (mxfp4_biased_values), vpmaddubsw's unsigned operand
+// in the split kernels below and packed/avx2.hpp's tiles, in both 128-bit lanes.
+inline constexpr int mxfp4_bias = mxfp4_value_bias;
 static_assert(2 * 2 * 2 * mxfp4_bias * 127 <= 32767); // biased_nibble_sums' int16 sums
-
-// The biased grid in both 128-bit lanes.
 template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX2 inline __m256i mxfp4_biased_table() noexcept
 {
-    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(mxfp4_biased.data())));
+    return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(mxfp4_biased_values.data())));
 }
 
 // The split kernels' products: 32 code bytes' low nibbles through the biased grid `table` times

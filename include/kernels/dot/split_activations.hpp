@@ -1,7 +1,8 @@
 // kernels::split_activations<Block>: a vector of quantized activations (Q8_0, Q8_K for IQ4_XS)
 // laid out once for many rows of Block weights, as the mat-vec kernels of MXFP4, IQ4_NL, NVFP4 and
-// IQ4_XS on AVX-512 VBMI (dot/avx512vbmi.hpp) and of MXFP4 and NVFP4 on AVX2 (dot/avx2.hpp) read
-// it; the CPU backend's gemv lays x out in its scratch. Plain code, on every architecture.
+// IQ4_XS on AVX-512 VBMI (dot/avx512vbmi.hpp) and of MXFP4 and NVFP4 on AVX2 and SSE4.2
+// (dot/avx2.hpp, dot/sse4_2.hpp) read it; the CPU backend's gemv lays x out in its scratch. Plain
+// code, on every architecture.
 #pragma once
 
 #include <cstddef>
@@ -64,13 +65,14 @@ constexpr std::size_t iq4_xs_sum_group(std::size_t i) noexcept
 } // namespace split_activations_detail
 
 // Whether kernels::dot takes rows of Block against this layout on tag Arch: every format of the
-// layout on avx512vbmi and its children; MXFP4 and NVFP4 on avx2.
+// layout on avx512vbmi and its children; MXFP4 and NVFP4 on avx2 and sse4_2.
 template <class Block, class Arch>
 inline constexpr bool has_split_dot =
     QK_HAS_X86_KERNELS &&
     ((std::is_base_of_v<arch::avx512vbmi, Arch> && (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> ||
                                                      std::is_same_v<Block, block_nvfp4> || std::is_same_v<Block, block_iq4_xs>)) ||
-     (std::is_base_of_v<arch::avx2, Arch> && (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>)));
+     ((std::is_base_of_v<arch::avx2, Arch> || std::is_base_of_v<arch::sse4_2, Arch>) &&
+      (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>)));
 
 // The layout, per kernel step (bytes best 64-byte aligned):
 // - MXFP4 and IQ4_NL, 16 blocks, 640 bytes: registers j = 0-3 (64 bytes of low halves, then 64 of

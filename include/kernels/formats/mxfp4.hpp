@@ -29,6 +29,18 @@ static_assert(sizeof(block_mxfp4) == 17, "MXFP4 blocks are 17 bytes in GGUF file
 // The E2M1 values {0, 0.5, 1, 1.5, 2, 3, 4, 6} and their negatives, doubled to be integers.
 inline constexpr std::array<std::int8_t, 16> mxfp4_values = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// The values plus 12, in [0, 24]: for kernels that multiply them as unsigned bytes (x86's
+// pmaddubsw, with no sign to move onto the activations) and take 12 times the activations' sum off.
+inline constexpr int mxfp4_value_bias = 12;
+alignas(16) inline constexpr std::array<std::uint8_t, 16> mxfp4_biased_values = [] {
+    std::array<std::uint8_t, 16> biased{};
+    for (std::size_t i = 0; i < 16; ++i) {
+        biased[i] = static_cast<std::uint8_t>(mxfp4_values[i] + mxfp4_value_bias);
+    }
+    return biased;
+}();
+static_assert(mxfp4_biased_values[7] == 24 && mxfp4_biased_values[15] == 0 && mxfp4_biased_values[0] == 12);
+
 template <>
 struct format_traits<block_mxfp4> {
     static constexpr std::size_t block_size = 32;
