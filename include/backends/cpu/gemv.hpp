@@ -29,29 +29,21 @@
 namespace qk {
 namespace detail {
 
-// The formats with a split layout (kernels::split_activations), whether or not a tag has kernels for it.
-template <class Block>
-inline constexpr bool has_split_layout = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> ||
-                                         std::is_same_v<Block, block_nvfp4> || std::is_same_v<Block, block_iq4_xs>;
-
 // Whether rows of blocks_per_row blocks take the split kernels on a tag that has them: rows of
 // 1024 values or more, where they overtake the other kernels (on a step or two, the per-row sum
 // of their vector costs more than the layout saves).
 template <class Block>
 [[nodiscard]] constexpr bool splits_activations(std::size_t blocks_per_row) noexcept
 {
-    return has_split_layout<Block> && blocks_per_row * format_traits<Block>::block_size >= 1024;
+    return kernels::has_split_layout<Block> && blocks_per_row * format_traits<Block>::block_size >= 1024;
 }
-
-template <class Block, class Arch>
-inline constexpr bool has_split_kernels = kernels::has_split_dot<Block, Arch>;
 
 // Scratch blocks past the quantized activations that hold their split layouts (any tag may run:
 // the size cannot depend on it), with room to align them to 64 bytes.
 template <class Block>
 [[nodiscard]] constexpr std::size_t split_scratch_blocks(std::size_t blocks_per_row, std::size_t columns) noexcept
 {
-    if constexpr (has_split_layout<Block>) {
+    if constexpr (kernels::has_split_layout<Block>) {
         if (splits_activations<Block>(blocks_per_row)) {
             constexpr std::size_t block_bytes = sizeof(typename format_traits<Block>::vec_dot_type);
             return (columns * kernels::split_activations<Block>::bytes_for(blocks_per_row) + 63 + block_bytes - 1) / block_bytes;
@@ -239,7 +231,7 @@ void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, 
     if (shape.rows == 0) {
         return;
     }
-    if constexpr (has_split_kernels<Block, Arch>) {
+    if constexpr (kernels::has_split_dot<Block, Arch>) {
         if (splits_activations<Block>(shape.blocks_per_row)) {
             gemm_split<Block, Arch>(w, shape, y, pool, scratch);
             return;

@@ -274,8 +274,7 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, const block_q8_0* a, std::size_t 
 namespace avx2_detail {
 // MXFP4's and NVFP4's E2M1 grid biased by +12 (mxfp4_biased_values), vpmaddubsw's unsigned operand
 // in the split kernels below and packed/avx2.hpp's tiles, in both 128-bit lanes.
-inline constexpr int mxfp4_bias = mxfp4_value_bias;
-static_assert(2 * 2 * 2 * mxfp4_bias * 127 <= 32767); // biased_nibble_sums' int16 sums
+static_assert(2 * 2 * 2 * mxfp4_value_bias * 127 <= 32767); // biased_nibble_sums' int16 sums
 template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX2 inline __m256i mxfp4_biased_table() noexcept
 {
@@ -296,7 +295,8 @@ template <class Arch>
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-// e8m0_half_to_fp32 of the exponents in the low bytes of the 8 int32 lanes of e, exactly.
+// e8m0_half_to_fp32 of the exponents in the 8 int32 lanes of e (each 0 to 255), exactly: (e - 1) << 23
+// from e = 2, the subnormals 0x00200000 << e below (the split kernel below, packed/avx2.hpp's tiles).
 template <class Arch>
 [[gnu::always_inline]] QK_TARGET_AVX2 inline __m256 e8m0_half8(__m256i e) noexcept
 {
@@ -321,7 +321,7 @@ QK_TARGET_AVX2 float dot(const block_mxfp4* w, split_activations<block_mxfp4> a,
     namespace k = avx2_detail;
     constexpr std::size_t step_blocks = split_activations<block_mxfp4>::step_blocks;
     const __m256i table = k::mxfp4_biased_table<Arch>();
-    const __m256i bias = _mm256_set1_epi32(k::mxfp4_bias);
+    const __m256i bias = _mm256_set1_epi32(mxfp4_value_bias);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     const std::size_t full = blocks - blocks % step_blocks;
     const std::byte* activations = a.steps;
@@ -410,7 +410,7 @@ QK_TARGET_AVX2 float dot(const block_nvfp4* w, split_activations<block_nvfp4> a,
     namespace k = avx2_detail;
     constexpr std::size_t step_blocks = split_activations<block_nvfp4>::step_blocks;
     const __m256i table = k::mxfp4_biased_table<Arch>();
-    const __m256i bias = _mm256_set1_epi32(k::mxfp4_bias);
+    const __m256i bias = _mm256_set1_epi32(mxfp4_value_bias);
     // Scale bytes of blocks b and b + 2 (as one 64-bit word, b's first) in sum order.
     const __m128i scale_order = _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};

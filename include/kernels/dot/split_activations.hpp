@@ -64,15 +64,18 @@ constexpr std::size_t iq4_xs_sum_group(std::size_t i) noexcept
 
 } // namespace split_activations_detail
 
+// The formats the layout is defined for, whether or not a tag has kernels that read it.
+template <class Block>
+inline constexpr bool has_split_layout = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> ||
+                                         std::is_same_v<Block, block_nvfp4> || std::is_same_v<Block, block_iq4_xs>;
+
 // Whether kernels::dot takes rows of Block against this layout on tag Arch: every format of the
 // layout on avx512vbmi and its children; MXFP4 and NVFP4 on avx2 and sse4_2.
 template <class Block, class Arch>
 inline constexpr bool has_split_dot =
-    QK_HAS_X86_KERNELS &&
-    ((std::is_base_of_v<arch::avx512vbmi, Arch> && (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> ||
-                                                     std::is_same_v<Block, block_nvfp4> || std::is_same_v<Block, block_iq4_xs>)) ||
-     ((std::is_base_of_v<arch::avx2, Arch> || std::is_base_of_v<arch::sse4_2, Arch>) &&
-      (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>)));
+    QK_HAS_X86_KERNELS && has_split_layout<Block> &&
+    (std::is_base_of_v<arch::avx512vbmi, Arch> || ((std::is_base_of_v<arch::avx2, Arch> || std::is_base_of_v<arch::sse4_2, Arch>) &&
+                                                   (std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>)));
 
 // The layout, per kernel step (bytes best 64-byte aligned):
 // - MXFP4 and IQ4_NL, 16 blocks, 640 bytes: registers j = 0-3 (64 bytes of low halves, then 64 of
@@ -88,8 +91,7 @@ inline constexpr bool has_split_dot =
 // quantized blocks of the whole vector.
 template <class Block>
 struct split_activations {
-    static_assert(std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4> ||
-                  std::is_same_v<Block, block_iq4_xs>);
+    static_assert(has_split_layout<Block>);
     using activation = typename format_traits<Block>::vec_dot_type;
     static constexpr bool nvfp4 = std::is_same_v<Block, block_nvfp4>;
     static constexpr bool iq4_xs = std::is_same_v<Block, block_iq4_xs>;

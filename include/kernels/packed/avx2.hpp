@@ -49,8 +49,7 @@ namespace qk::kernels::packed_avx2_detail {
 // or 512 columns 1.11-1.14x and 1.07-1.08x.
 template <class Block>
 inline constexpr bool biased_weights = std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_nvfp4>;
-inline constexpr int weight_bias = avx2_detail::mxfp4_bias;
-static_assert(4 * 2 * 2 * weight_bias * 127 <= 32767);
+static_assert(4 * 2 * 2 * mxfp4_value_bias * 127 <= 32767);
 
 // Weights of vector k (values 4k .. 4k + 3) of rows 8h .. 8h + 7 of a code group: signed, or
 // biased where `grid` is (biased_weights).
@@ -76,11 +75,7 @@ QK_PACKED_AVX2_INLINE __m256 weight_scales(const std::uint8_t* scales, std::size
 {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * h));
     if constexpr (std::is_same_v<Block, block_mxfp4>) {
-        // e8m0_half_to_fp32: (e - 1) << 23 from e = 2, the subnormals 0x00200000 << e below.
-        const __m256i e = _mm256_cvtepu8_epi32(bytes);
-        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-        return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+        return avx2_detail::e8m0_half8<Arch>(_mm256_cvtepu8_epi32(bytes));
     } else if constexpr (std::is_same_v<Block, block_nvfp4>) {
         return _mm256_mul_ps(avx2_detail::ue4m3_half8_div128<Arch>(bytes), _mm256_set1_ps(128.0f));
     } else {
@@ -168,7 +163,7 @@ QK_PACKED_AVX2_INLINE void half_group(const std::uint8_t* codes, const std::uint
             using qk::detail::panel_values;
             const panel_values values = K1 - K0 == 8 ? panel_values::all : K0 == 0 ? panel_values::first_half : panel_values::second_half;
             const std::int32_t correction = qk::detail::panel_correction(entries, N, c, values);
-            total[c] = _mm256_add_epi32(total[c], _mm256_set1_epi32(correction / 128 * weight_bias));
+            total[c] = _mm256_add_epi32(total[c], _mm256_set1_epi32(correction / 128 * mxfp4_value_bias));
         }
     } else if constexpr (N <= 2) {
         // Few columns: unrolled, so that the loads of the eight vectors go out together (mat-vec).
