@@ -270,6 +270,12 @@ template <class Arch>
     return static_cast<float>(lane_total(lanes));
 }
 
+// (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // The weights exp_difference(x[i], max) for i < n (within 2 ulp of exp(x - max): the
 // subtraction's rounding error corrected) into dst (x itself, other storage, or null: not kept),
 // and their double lanes: element i added to lane i % 16, in order. The pass that softmax, the
@@ -279,6 +285,26 @@ template <class Arch>
 {
     std::array<double, sum_lanes> lanes{};
     std::size_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // The 16 lanes in two registers, each half of a vector widened to double at once: the
+        // same additions in the same order as the loop below, in fewer instructions.
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        const V m(max);
+        __m512d low = _mm512_setzero_pd();
+        __m512d high = _mm512_setzero_pd();
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            const __m512 e = exp_difference(V::load_unaligned(x + i), m);
+            if (dst != nullptr) {
+                _mm512_storeu_ps(dst + i, e);
+            }
+            low = _mm512_add_pd(low, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            high = _mm512_add_pd(high, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+        _mm512_storeu_pd(lanes.data(), low);
+        _mm512_storeu_pd(lanes.data() + 8, high);
+    }
+#endif
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
@@ -308,6 +334,9 @@ template <class Arch>
     }
     return lanes;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // The weights of one chunk (at most chunk_size elements), optionally stored, and the chunk's sum
 // in double lanes, rounded to float once: within 2^-24 relative of the weights' exact sum (64
