@@ -273,24 +273,15 @@ TEST_CASE("rank histogram: buckets of 2^17 logits and more are folded before a 6
     CHECK(normal_total == total_ref);
     CHECK(std::equal(bucket_ref.begin(), bucket_ref.end(), histogram.mass.begin()));
 
-    // By typical's keys -|center - x| (from 0 down): the same keys as distance_keys, the buckets'
-    // masses against a walk in id order, in rank order of the keys.
+    // By typical's keys -|center - x| (from 0 down): the buckets' masses against a walk in id
+    // order, in rank order of the keys; then positions by key through the histogram against a
+    // full sort of the keys.
     const float center = max - 2.5f;
-    std::vector<float> keys(n);
-    std::vector<float> keys_plain(n);
-    float low = 0.0f;
-    float high = 0.0f;
-    float low_plain = 0.0f;
-    float high_plain = 0.0f;
     sd::rank_histogram by_key;
-    const sd::mass_t by_key_total =
-        sd::distance_keys_histogram<qk::arch::vector_native>(x.data(), e.data(), n, center, 128.0f, keys.data(), low, high, by_key);
-    sd::distance_keys<qk::arch::vector_native>(x.data(), e.data(), n, center, keys_plain.data(), low_plain, high_plain);
-    CHECK(std::memcmp(keys.data(), keys_plain.data(), n * sizeof(float)) == 0);
-    CHECK(same_bits(low, low_plain));
-    CHECK(same_bits(high, high_plain));
+    const sd::mass_t by_key_total = sd::distance_histogram<qk::arch::vector_native>(x.data(), e.data(), n, center, 128.0f, by_key);
     std::fill(bucket_ref.begin(), bucket_ref.end(), mass_ref{0});
     std::vector<std::pair<float, std::size_t>> ranked;
+    std::vector<token_data> by_distance;
     mass_ref by_key_total_ref = 0;
     std::size_t wrong_buckets = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -301,12 +292,31 @@ TEST_CASE("rank histogram: buckets of 2^17 logits and more are folded before a 6
         by_key_total_ref += mass_of_ref(e[i]);
         wrong_buckets += by_key.bucket_of[i] == b ? 0 : 1;
         ranked.emplace_back(key, b);
+        by_distance.push_back({static_cast<std::int32_t>(i), key, e[i]});
     }
     CHECK(std::equal(bucket_ref.begin(), bucket_ref.end(), by_key.mass.begin()));
     CHECK(by_key_total == by_key_total_ref);
     CHECK(wrong_buckets == 0);
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     CHECK(std::is_sorted(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second < b.second; }));
+    std::sort(by_distance.begin(), by_distance.end(), ranks_first);
+    for (const mass_ref target : {mass_ref{1}, by_key_total_ref / 3, by_key_total_ref * 19 / 20, by_key_total_ref}) {
+        mass_ref running = 0;
+        std::size_t at = 0;
+        while (running + mass_of_ref(by_distance[at].p) < target) {
+            running += mass_of_ref(by_distance[at++].p);
+        }
+        const auto got = sd::find_by_distance<qk::arch::vector_native>(x.data(), e.data(), n, center, target, sd::everything, scratch, by_key);
+        CHECK(got.id == by_distance[at].id);
+        CHECK(same_bits(got.logit, by_distance[at].logit));
+        CHECK(got.through == running + mass_of_ref(by_distance[at].p));
+        // The same within a bound: the tokens ranking at or before a token past the position.
+        const token_data& edge = by_distance[std::min(at + 5, by_distance.size() - 1)];
+        const auto bounded = sd::find_by_distance<qk::arch::vector_native>(x.data(), e.data(), n, center, target, {edge.logit, edge.id},
+                                                                           scratch, by_key);
+        CHECK(bounded.id == got.id);
+        CHECK(bounded.through == got.through);
+    }
     const float from = std::max(lowest, max - 34.0f);
     for (const mass_ref target : {mass_ref{1}, total_ref / 3, total_ref * 19 / 20, total_ref}) {
         const auto got = sd::find_by_rank<qk::arch::vector_native, false>(x.data(), e.data(), n, from, max, target, sd::everything, scratch, &histogram);

@@ -88,7 +88,7 @@ public:
     {
         if (form_ == form::prefix || form_ == form::floor || form_ == form::ranked) {
             if (prefix_size_ == unknown_size) {
-                const float* ranks = form_ == form::ranked ? keys_.data() : prefix_logits();
+                const float* ranks = form_ == form::ranked ? ranked_keys() : prefix_logits();
                 prefix_size_ = detail::count_ranked<arch::vector_native>(ranks, static_cast<std::size_t>(vocab_), bound_);
             }
             return prefix_size_;
@@ -167,7 +167,7 @@ public:
     {
         if (form_ == form::ranked) {
             list_.clear();
-            detail::filter_at_least<arch::vector_native>(keys_.data(), static_cast<std::size_t>(vocab_), bound_.logit, list_);
+            detail::filter_at_least<arch::vector_native>(ranked_keys(), static_cast<std::size_t>(vocab_), bound_.logit, list_);
             std::erase_if(list_, [this](const token_data& t) { return t.logit == bound_.logit && t.id > bound_.id; });
             detail::sort_by_rank(list_, sort_keys_); // by key, as the logits of this list
             const float* x = prefix_logits();
@@ -360,37 +360,64 @@ public:
     // Makes the set the tokens of the current whole vocabulary that rank at or before `bound` by
     // keys_buffer()'s keys, `mass` their exact mass and `total` the vocabulary's; weights_buffer()
     // holds every token's weight; every token of nonzero weight has a key in [lowest, highest].
-    // `histogram`: rank_histogram() holds the histogram of the weights by key.
-    void keep_ranked(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float lowest, float highest, bool histogram = false)
+    void keep_ranked(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float lowest, float highest)
     {
-        require_whole("keep_ranked()");
-        prefix_over_dense_ = form_ == form::dense;
-        histogram_current_ = histogram;
-        vocabulary_mass_ = total;
-        form_ = form::ranked;
-        bound_ = bound;
-        prefix_mass_ = mass;
+        keep_ranked_set(bound, mass, total);
+        histogram_current_ = false;
+        keys_current_ = true;
         max_ = highest;
         lowest_ = lowest;
-        prefix_size_ = unknown_size;
-        sorted_ = false;
-        has_probabilities_ = false;
+    }
+    // keep_ranked with typical's keys, distance_key(center, logit), and rank_histogram() holding
+    // the histogram of the weights by key: the keys are not stored (ranked_keys() computes them
+    // when something asks for them).
+    void keep_ranked_by_distance(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total, float center)
+    {
+        keys_.resize(static_cast<std::size_t>(vocab_)); // where ranked_keys() puts them (first: it may throw)
+        keep_ranked_set(bound, mass, total);
+        histogram_current_ = true;
+        keys_current_ = false;
+        center_ = center;
     }
     [[nodiscard]] bool is_ranked() const noexcept { return form_ == form::ranked; }
-    [[nodiscard]] const float* ranked_keys() const noexcept { return keys_.data(); }
+    // A ranked set's keys, every token's (computed here the first time after keep_ranked_by_distance).
+    [[nodiscard]] const float* ranked_keys() const noexcept
+    {
+        if (!keys_current_) {
+            detail::distance_keys<arch::vector_native>(prefix_logits(), weights_.data(), keys_.size(), center_, keys_.data(), lowest_, max_);
+            keys_current_ = true;
+        }
+        return keys_.data();
+    }
+    // The center of a ranked set's keys after keep_ranked_by_distance.
+    [[nodiscard]] float ranked_center() const noexcept { return center_; }
     [[nodiscard]] float floor_threshold() const noexcept { return bound_.logit; }
     [[nodiscard]] std::vector<std::uint64_t>& chunk_masses() noexcept { return chunk_masses_; }
     [[nodiscard]] const float* prefix_logits() const noexcept { return prefix_over_dense_ ? dense_.data() : base_; }
     [[nodiscard]] const float* prefix_weights() const noexcept { return weights_.data(); }
     [[nodiscard]] detail::rank_bound prefix_bound() const noexcept { return bound_; }
     [[nodiscard]] detail::mass_t prefix_mass() const noexcept { return prefix_mass_; }
-    // The largest logit and the smallest that weighs anything (ranked: the same of the keys).
+    // The largest logit and the smallest that weighs anything (ranked: the same of the keys, once
+    // ranked_keys() has them).
     [[nodiscard]] float prefix_max() const noexcept { return max_; }
     [[nodiscard]] float prefix_lowest() const noexcept { return lowest_; }
     [[nodiscard]] detail::rank_scratch& rank_scratch() noexcept { return rank_scratch_; }
     [[nodiscard]] std::vector<std::uint64_t>& sort_keys() noexcept { return sort_keys_; }
 
 private:
+    void keep_ranked_set(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total)
+    {
+        require_whole("keep_ranked()");
+        prefix_over_dense_ = form_ == form::dense;
+        vocabulary_mass_ = total;
+        form_ = form::ranked;
+        bound_ = bound;
+        prefix_mass_ = mass;
+        prefix_size_ = unknown_size;
+        sorted_ = false;
+        has_probabilities_ = false;
+    }
+
     void require_whole(const char* what) const
     {
         if (!whole_vocabulary()) {
@@ -421,7 +448,8 @@ private:
     std::vector<float> chunk_sums_;
     std::vector<float> weights_;
     std::vector<float> exps_;
-    std::vector<float> keys_;
+    mutable std::vector<float> keys_;
+    mutable bool keys_current_ = false; // keys_ holds a ranked set's keys
     detail::rank_scratch rank_scratch_;
     detail::rank_histogram histogram_;
     bool histogram_current_ = false; // histogram_ is of the prefix's (or ranked set's) weights
@@ -430,8 +458,9 @@ private:
     detail::rank_bound bound_;
     detail::mass_t prefix_mass_ = 0;
     detail::mass_t vocabulary_mass_ = 1;
-    float max_ = detail::minus_infinity;
-    float lowest_ = detail::minus_infinity;
+    mutable float max_ = detail::minus_infinity;
+    mutable float lowest_ = detail::minus_infinity;
+    float center_ = 0.0f;
     mutable std::size_t prefix_size_ = unknown_size;
     bool prefix_over_dense_ = false;
     bool sorted_ = false;

@@ -105,6 +105,7 @@ struct token_arrays {
 // Kept by a candidates object across steps for its capacity.
 struct rank_scratch {
     token_arrays ranges[2];
+    token_arrays bucket; // the tokens of a histogram's bucket (find_by_rank, find_by_distance)
     std::vector<token_data> last;
 };
 
@@ -836,68 +837,57 @@ void add_masses_through(rank_histogram& h, const float* e, std::size_t n, std::s
     }
 }
 
-// distance_keys (typical's keys -|center - x[i]|, stored, and their range) and, in the same pass,
-// the histogram of the masses of weights e by key (top: 0, which no key is above); returns the
-// total mass.
+// The histogram of the masses of weights e by typical's keys distance_key(center, x[i]) (top: 0,
+// which no key is above), the keys computed and not stored (the searches through it compute those
+// of the bucket they gather); returns the total mass.
 template <class Arch>
-[[nodiscard]] mass_t distance_keys_histogram(const float* x, const float* e, std::size_t n, float center, float per_unit, float* keys,
-                                             float& lowest, float& highest, rank_histogram& h)
+[[nodiscard]] mass_t distance_histogram(const float* x, const float* e, std::size_t n, float center, float per_unit, rank_histogram& h)
 {
     constexpr std::size_t block = histogram_builder::block;
     histogram_builder builder(h, 0.0f, per_unit, n);
     alignas(64) std::uint64_t mass[block];
-    lowest = std::numeric_limits<float>::infinity();
-    highest = minus_infinity;
     std::size_t done = 0;
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        // distance_keys and buckets_and_masses in one loop, the keys kept in registers, each
-        // vector's masses added to their buckets a few vectors later (histogram_builder::add_run).
+        // The keys and buckets_and_masses in one loop, each vector's masses added to their
+        // buckets a few vectors later (histogram_builder::add_run).
         const __m512 c = _mm512_set1_ps(center);
         const __m512 sign = _mm512_set1_ps(-0.0f);
         const __m512 none = _mm512_set1_ps(minus_infinity);
         const __m512 scale = _mm512_set1_ps(per_unit);
-        __m512 low = _mm512_set1_ps(lowest);
-        __m512 high = _mm512_set1_ps(highest);
         alignas(64) std::uint64_t run_masses[histogram_builder::run];
         for (; done + histogram_builder::run <= n; done += histogram_builder::run) {
             builder.add_run(run_masses, [&](std::size_t i, std::uint16_t* bucket, std::uint64_t* run_mass) {
                 const std::size_t at = done + i;
                 const __m512 v = _mm512_loadu_ps(x + at);
-                const __m512 ev = _mm512_loadu_ps(e + at);
                 // -|center - v|, -inf for NaN
                 const __m512 key = _mm512_mask_or_ps(none, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_sub_ps(c, v), sign);
-                _mm512_storeu_ps(keys + at, key);
-                high = _mm512_max_ps(high, key);
-                low = _mm512_mask_min_ps(low, _mm512_cmp_ps_mask(ev, _mm512_setzero_ps(), _CMP_GT_OQ), low, key);
-                store_masses(ev, run_mass);
+                store_masses(_mm512_loadu_ps(e + at), run_mass);
                 // (0 - key) per unit, as h.position(key) with top 0; the key is never NaN.
                 store_buckets(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), key), scale), bucket);
             });
         }
-        lowest = _mm512_reduce_min_ps(low);
-        highest = _mm512_reduce_max_ps(high);
     }
 #endif
+    alignas(64) float keys[block];
     for (std::size_t begin = done; begin < n; begin += block) {
         const std::size_t count = std::min(block, n - begin);
-        float block_lowest = 0.0f;
-        float block_highest = 0.0f;
-        distance_keys<Arch>(x + begin, e + begin, count, center, keys + begin, block_lowest, block_highest);
-        lowest = block_lowest < lowest ? block_lowest : lowest;
-        highest = block_highest > highest ? block_highest : highest;
-        buckets_and_masses<Arch>(keys + begin, e + begin, count, h, builder.next_buckets(), mass);
+        float lowest = 0.0f;
+        float highest = 0.0f;
+        distance_keys<Arch>(x + begin, e + begin, count, center, keys, lowest, highest);
+        buckets_and_masses<Arch>(keys, e + begin, count, h, builder.next_buckets(), mass);
         builder.add(mass, count);
     }
     return builder.finish();
 }
 
-// Appends the tokens of bucket `b` of h with value (logit or key) >= low that rank at or before
-// `bound` to `out` (cleared for n tokens), as gather_range does for a range of logits. x must be
-// the values h was built from (its bucket_of).
-template <class Arch>
-void gather_bucket(const float* x, const float* e, std::size_t n, const rank_histogram& h, std::size_t b, float low, rank_bound bound,
-                   token_arrays& out)
+// Appends the tokens of bucket `b` of h with value(i) >= low that rank at or before `bound` by
+// those values to `out` (cleared for n tokens), as gather_range does for a range of logits. The
+// values (logits or keys) are those h was built from (its bucket_of), read only for the tokens of
+// the bucket: typical's keys are computed there.
+template <class Arch, class Value>
+void gather_bucket_values(Value value, const float* e, std::size_t n, const rank_histogram& h, std::size_t b, float low, rank_bound bound,
+                          token_arrays& out)
 {
     const std::uint16_t* bucket_of = h.bucket_of.data();
     const auto want = static_cast<std::uint16_t>(b);
@@ -907,13 +897,13 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
     std::size_t k = 0;
     const auto take = [=, &k](std::size_t from, std::size_t to) {
         for (std::size_t i = from; i < to; ++i) {
-            const float v = x[i];
+            const bool in = bucket_of[i] == want;
+            const float v = in ? value(i) : minus_infinity;
             const auto id = static_cast<std::int32_t>(i);
             out_id[k] = id;
             out_logit[k] = v;
             out_weight[k] = e[i];
-            k += static_cast<std::size_t>(bucket_of[i] == want) & static_cast<std::size_t>(v >= low) &
-                 static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
+            k += static_cast<std::size_t>(in) & static_cast<std::size_t>(v >= low) & static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
         }
     };
     std::size_t i = 0;
@@ -938,7 +928,7 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
         }
         for (std::size_t j = 0; j < found; ++j) {
             const std::int32_t id = out_id[j];
-            const float v = x[id];
+            const float v = value(static_cast<std::size_t>(id));
             out_id[k] = id;
             out_logit[k] = v;
             out_weight[k] = e[id];
@@ -960,6 +950,28 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
     out.close(k);
 }
 
+// gather_bucket_values of the values x[i].
+template <class Arch>
+void gather_bucket(const float* x, const float* e, std::size_t n, const rank_histogram& h, std::size_t b, float low, rank_bound bound,
+                   token_arrays& out)
+{
+    gather_bucket_values<Arch>([x](std::size_t i) { return x[i]; }, e, n, h, b, low, bound, out);
+}
+
+// The bucket of h in which the running mass of its buckets (in rank order) first reaches
+// `target`, and in `before` (0 before) the mass of the buckets above it. Where the target is at
+// most the mass of the tokens ranking at or before a bound, the walk stops at the bound's bucket at
+// the latest: buckets above it hold only tokens ranking before it.
+[[nodiscard]] inline std::size_t bucket_of_mass(const rank_histogram& h, mass_t target, mass_t& before) noexcept
+{
+    std::size_t b = 0;
+    while (b + 1 < rank_histogram::buckets && before + h.mass[b] < target) {
+        before += h.mass[b];
+        ++b;
+    }
+    return b;
+}
+
 // The token at which the running mass of the tokens ranking at or before `bound` first reaches
 // `target` (at least 1 and at most their total mass), in rank order. x and e (e[i] the weight of
 // x[i], exp(x[i] - max); null when Unit, where every token weighs 1 and the mass is a count) cover
@@ -968,11 +980,12 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
 // their logits, keeps the bracket the target falls in and gathers its tokens; once at most 64
 // remain, or all have one logit, they are sorted and walked.
 // With `histogram` (of these x and e; not Unit) the first pass walks its buckets instead and
-// gathers the one the target falls in.
+// gathers the one the target falls in. With `ids` (ascending), token i is ids[i]: a set gathered
+// before, whose first pass is skipped when it holds at most 64 tokens.
 template <class Arch, bool Unit>
 [[nodiscard]] rank_position find_by_rank(const float* x, const float* e, std::size_t n, float lowest, float highest,
                                          mass_t target, rank_bound bound, rank_scratch& scratch,
-                                         const rank_histogram* histogram = nullptr)
+                                         const rank_histogram* histogram = nullptr, const std::int32_t* ids = nullptr)
 {
     constexpr std::size_t few = 64;
     lowest = std::max(lowest, bound.logit);
@@ -981,26 +994,18 @@ template <class Arch, bool Unit>
     // Pass 0 reads the vocabulary itself; later passes the gathered tokens.
     const float* rx = x;
     const float* re = e;
-    const std::int32_t* rid = nullptr;
+    const std::int32_t* rid = ids;
     std::size_t count = n;
     float range_low = lowest;
     float range_high = highest;
-    token_arrays* current = nullptr;
     int next = 0;
-    bool whole = true;
+    bool whole = ids == nullptr;
     if (histogram != nullptr && !Unit) {
-        // Buckets above the bound's hold only tokens ranking before it, and the target is at most
-        // the mass ranking at or before it, so the walk stops at the bound's bucket at the latest.
-        std::size_t b = 0;
-        while (b + 1 < rank_histogram::buckets && before + histogram->mass[b] < target) {
-            before += histogram->mass[b];
-            ++b;
-        }
+        const std::size_t b = bucket_of_mass(*histogram, target, before);
         token_arrays& out = scratch.ranges[next];
         next ^= 1;
         out.clear(n);
         gather_bucket<Arch>(x, e, n, *histogram, b, lowest, bound, out);
-        current = &out;
         rx = out.logit.data();
         re = out.weight.data();
         rid = out.id.data();
@@ -1038,7 +1043,6 @@ template <class Arch, bool Unit>
         gather_range<Arch>(rx, Unit ? nullptr : re, rid, count, new_low, new_high, bound, out);
         high = new_high;
         lowest = new_low;
-        current = &out;
         rx = out.logit.data();
         re = out.weight.data();
         rid = out.id.data();
@@ -1050,7 +1054,8 @@ template <class Arch, bool Unit>
     auto& last = scratch.last;
     last.clear();
     for (std::size_t i = 0; i < count; ++i) {
-        last.push_back({current->id[i], current->logit[i], current->weight[i]});
+        // rid is null only in pass 0, which has run; re only with Unit, whose gathers weigh 1.
+        last.push_back({rid[i], rx[i], re == nullptr ? 1.0f : re[i]});
     }
     if (range_low < range_high) {
         std::sort(last.begin(), last.end(), ranks_before);
@@ -1063,6 +1068,25 @@ template <class Arch, bool Unit>
             break;
         }
     }
+    return found;
+}
+
+// find_by_rank over typical's keys distance_key(center, x[i]) of the logits x, through h, the
+// histogram of their weights e by key (distance_histogram): the walk of its buckets, one pass
+// gathering the bucket the target falls in with its keys (computed for its tokens only: no key
+// is stored), and the search of that bucket.
+template <class Arch>
+[[nodiscard]] rank_position find_by_distance(const float* x, const float* e, std::size_t n, float center, mass_t target, rank_bound bound,
+                                             rank_scratch& scratch, const rank_histogram& h)
+{
+    mass_t before = 0;
+    const std::size_t b = bucket_of_mass(h, target, before);
+    token_arrays& in = scratch.bucket;
+    in.clear(n);
+    gather_bucket_values<Arch>([x, center](std::size_t i) { return distance_key(center, x[i]); }, e, n, h, b, bound.logit, bound, in);
+    rank_position found = find_by_rank<Arch, false>(in.logit.data(), in.weight.data(), in.count, in.lowest, in.highest, target - before,
+                                                    bound, scratch, nullptr, in.id.data());
+    found.through += before;
     return found;
 }
 

@@ -591,8 +591,11 @@ void typical_moments(const float* x, const float* e, std::size_t n, float max, d
     finish_typical_moments(lanes, z, s);
 }
 
-// typical's rank keys: -|center - x[i]| (higher ranks first), -inf for NaN and -inf logits; the
-// largest key, and the smallest key of a token with weight e[i] > 0 (+inf when none has).
+// typical's rank key of logit v: -|center - v| (higher ranks first), -inf for NaN and -inf.
+[[nodiscard]] inline float distance_key(float center, float v) noexcept { return v == v ? -std::fabs(center - v) : minus_infinity; }
+
+// The rank keys of x[0 .. n) (distance_key); the largest key, and the smallest key of a token with
+// weight e[i] > 0 (+inf when none has).
 template <class Arch>
 void distance_keys(const float* x, const float* e, std::size_t n, float center, float* keys, float& lowest, float& highest) noexcept
 {
@@ -623,8 +626,7 @@ void distance_keys(const float* x, const float* e, std::size_t n, float center, 
         }
     }
     for (; i < n; ++i) {
-        const float v = x[i];
-        const float key = v == v ? -std::fabs(center - v) : minus_infinity;
+        const float key = distance_key(center, x[i]);
         keys[i] = key;
         lo = e[i] > 0.0f && key < lo ? key : lo;
         hi = key > hi ? key : hi;

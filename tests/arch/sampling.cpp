@@ -191,15 +191,11 @@ TEST_CASE("sampling passes: the tag's results equal generic's bit for bit")
                 CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
                 CHECK(same_bits(low, low_ref));
                 CHECK(same_bits(high, high_ref));
-                // The keys' pass with the histogram by key: the same keys and range, and generic's masses.
+                // The histogram by key: generic's buckets and masses.
                 sd::rank_histogram by_key;
                 sd::rank_histogram by_key_ref;
-                const sd::mass_t by_key_total = sd::distance_keys_histogram<tag>(x, e.data(), n, center, 64.0f, keys.data(), low, high, by_key);
-                const sd::mass_t by_key_total_ref =
-                    sd::distance_keys_histogram<reference>(x, e.data(), n, center, 64.0f, keys_ref.data(), low_ref, high_ref, by_key_ref);
-                CHECK(std::memcmp(keys.data(), keys_ref.data(), n * sizeof(float)) == 0);
-                CHECK(same_bits(low, low_ref));
-                CHECK(same_bits(high, high_ref));
+                const sd::mass_t by_key_total = sd::distance_histogram<tag>(x, e.data(), n, center, 64.0f, by_key);
+                const sd::mass_t by_key_total_ref = sd::distance_histogram<reference>(x, e.data(), n, center, 64.0f, by_key_ref);
                 CHECK(by_key.mass == by_key_ref.mass);
                 CHECK(by_key.bucket_of == by_key_ref.bucket_of);
                 // Its total is the weights' mass, which typical then no longer adds in the weights' pass.
@@ -469,14 +465,25 @@ TEST_CASE("histogram passes: generic's buckets across folds, by logit and by key
     double s = 0;
     sd::typical_moments<reference>(x.data(), e_ref.data(), n, max, z, s);
     const auto center = static_cast<float>(static_cast<double>(max) + s / z);
-    std::vector<float> keys(n);
-    std::vector<float> keys_ref(n);
-    float high = 0.0f;
-    float high_ref = 0.0f;
-    CHECK(sd::distance_keys_histogram<tag>(x.data(), e.data(), n, center, 64.0f, keys.data(), lowest, high, histogram) == total);
-    CHECK(sd::distance_keys_histogram<reference>(x.data(), e.data(), n, center, 64.0f, keys_ref.data(), lowest_ref, high_ref,
-                                                 histogram_ref) == total);
+    CHECK(sd::distance_histogram<tag>(x.data(), e.data(), n, center, 64.0f, histogram) == total);
+    CHECK(sd::distance_histogram<reference>(x.data(), e.data(), n, center, 64.0f, histogram_ref) == total);
     CHECK(histogram.mass == histogram_ref.mass);
+    CHECK(std::equal(histogram_ref.bucket_of.begin(), histogram_ref.bucket_of.begin() + static_cast<std::ptrdiff_t>(n),
+                     histogram.bucket_of.begin()));
+    // The searches by key through it (typical's cut and the draw after it), whole and within a bound.
+    sd::rank_scratch scratch;
+    sd::rank_scratch scratch_ref;
+    for (const sd::mass_t target : {sd::mass_t{1}, total / 7, total / 2, total - total / 50, total}) {
+        const auto got = sd::find_by_distance<tag>(x.data(), e.data(), n, center, target, sd::everything, scratch, histogram);
+        const auto want = sd::find_by_distance<reference>(x.data(), e.data(), n, center, target, sd::everything, scratch_ref, histogram_ref);
+        CHECK(got.id == want.id);
+        CHECK(same_bits(got.logit, want.logit));
+        CHECK(got.through == want.through);
+        const sd::rank_bound bound{want.logit, want.id};
+        const auto bounded = sd::find_by_distance<tag>(x.data(), e.data(), n, center, want.through, bound, scratch, histogram);
+        CHECK(bounded.id == want.id);
+        CHECK(bounded.through == want.through);
+    }
     CHECK(std::count_if(histogram.mass.begin(), histogram.mass.end(), [](sd::mass_t m) { return m > 0; }) > 100);
 }
 
@@ -495,8 +502,6 @@ TEST_CASE("exact masses: sums of many full weights stay exact on the tag")
     sd::rank_histogram histogram;
     CHECK(sd::exp_mass_histogram<tag>(equal.data(), n, 0.25f, 32.0f, e.data(), lowest, histogram) == all);
     CHECK(histogram.mass[0] == all);
-    std::vector<float> keys(n);
-    float high = 0.0f;
-    CHECK(sd::distance_keys_histogram<tag>(equal.data(), e.data(), n, 0.25f, 32.0f, keys.data(), lowest, high, histogram) == all);
+    CHECK(sd::distance_histogram<tag>(equal.data(), e.data(), n, 0.25f, 32.0f, histogram) == all);
     CHECK(histogram.mass[0] == all);
 }

@@ -10,7 +10,8 @@
 // it keeps many, leave of a whole vocabulary, in id order) likewise with exact masses, in id
 // order: one SIMD pass for the mass of each chunk of 1024 logits, then the chunk the draw lands
 // in, token by token. Over a ranked set (what typical leaves of a whole vocabulary) as over a
-// prefix, in the order of its keys (through typical's histogram by key).
+// prefix, in the order of its keys (through typical's histogram by key, computing the keys of the
+// bucket it gathers).
 // Differs from llama.cpp (llama_sampler_dist_apply): u comes from qkern's generator (random.hpp)
 // instead of std::uniform_real_distribution<double> over std::mt19937, whose algorithm each
 // standard library defines, so a seed draws the same tokens with every compiler and library
@@ -127,9 +128,14 @@ struct floor_draw {
     }
     if (c.is_ranked()) {
         const auto n = static_cast<std::size_t>(c.vocab_size());
-        return find_by_rank<arch::vector_native, false>(c.ranked_keys(), c.prefix_weights(), n, c.prefix_lowest(), c.prefix_max(),
-                                                        draw_target(u, c.prefix_mass()), c.prefix_bound(), c.rank_scratch(),
-                                                        c.prefix_histogram())
+        const mass_t target = draw_target(u, c.prefix_mass());
+        if (const rank_histogram* histogram = c.prefix_histogram()) {
+            return find_by_distance<arch::vector_native>(c.prefix_logits(), c.prefix_weights(), n, c.ranked_center(), target, c.prefix_bound(),
+                                                         c.rank_scratch(), *histogram)
+                .id;
+        }
+        return find_by_rank<arch::vector_native, false>(c.ranked_keys(), c.prefix_weights(), n, c.prefix_lowest(), c.prefix_max(), target,
+                                                        c.prefix_bound(), c.rank_scratch())
             .id;
     }
     c.compute_probabilities();

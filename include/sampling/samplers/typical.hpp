@@ -8,12 +8,12 @@
 // (rounded once, not through log p), +inf for a -inf logit. The masses are exact_mass.hpp's
 // (e in 2^-48 units, summed in integers): the prefix must reach floor(p * total) + 1.
 // Over a whole vocabulary nothing is sorted: one pass for the weights and the moments, one for
-// the keys -|center - l| (from 4096 logits with the exact mass of each of 1024 buckets by key,
-// rank_select.hpp's rank_histogram, whose sum is the total; below that the first pass adds the
-// masses), then the crossing token by rank: a walk of the buckets and one gathering pass over the
-// tokens' stored buckets (without the histogram, a few passes narrowing the keys); the set
-// becomes candidates::form::ranked, which dist draws from by the same search. A list is sorted
-// by score.
+// the keys -|center - l|, then the crossing token by rank. From 4096 logits the keys' pass
+// builds the exact mass of each of 1024 buckets by key (rank_select.hpp's rank_histogram, whose
+// sum is the total) and stores no key: a walk of the buckets and one pass over the tokens' stored
+// buckets gather the crossing bucket, whose keys alone are computed. Below that the first pass
+// adds the masses, the keys are stored, and a few passes narrow them. The set becomes
+// candidates::form::ranked, which dist draws from by the same search. A list is sorted by score.
 // Differs from llama.cpp: a candidate with a -inf logit adds nothing to H here and scores +inf, so
 // it goes last. llama_sampler_typical_apply adds -p logf(p) for it as well: 0 * -inf makes H NaN,
 // every score NaN, and its std::sort then leaves an unspecified order (with libstdc++: unchanged
@@ -141,38 +141,51 @@ private:
         float lowest_logit = 0.0f;
         double z = 0;
         double s = 0;
-        float lowest = 0.0f;
+        float lowest = 0.0f; // the keys' range, where they are stored
         float highest = 0.0f;
         detail::mass_t total = 0;
-        const detail::rank_histogram* histogram = nullptr;
-        if (n >= histogram_from) {
+        float center = 0.0f;
+        detail::rank_position found;
+        const bool by_histogram = n >= histogram_from;
+        if (by_histogram) {
             // The total mass comes from the histogram the keys' pass builds, so the weights' pass
             // computes no masses.
             detail::exp_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
-            const float center = center_from(max, z, s);
+            center = center_from(max, z, s);
             // The buckets spread over the keys of the logits that weigh anything: |center - x|
             // for x from max - 34 (or the lowest logit) to max, center between them.
             const float from = std::max(lowest_logit, max - 34.0f);
             const float per_unit = detail::rank_histogram::unit_for(std::max(center - from, max - center));
-            total = detail::distance_keys_histogram<arch::vector_native>(x, weights, n, center, per_unit, keys, lowest, highest,
-                                                                         c.rank_histogram());
-            histogram = &c.rank_histogram();
+            total = detail::distance_histogram<arch::vector_native>(x, weights, n, center, per_unit, c.rank_histogram());
+            found = detail::find_by_distance<arch::vector_native>(x, weights, n, center, detail::mass_beyond(p_, total), detail::everything,
+                                                                  c.rank_scratch(), c.rank_histogram());
         } else {
             total = detail::exp_mass_moments<arch::vector_native>(x, n, max, weights, lowest_logit, z, s);
-            detail::distance_keys<arch::vector_native>(x, weights, n, center_from(max, z, s), keys, lowest, highest);
+            center = center_from(max, z, s);
+            detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
+            found = detail::find_by_rank<arch::vector_native, false>(keys, weights, n, lowest, highest, detail::mass_beyond(p_, total),
+                                                                     detail::everything, c.rank_scratch());
         }
-        const detail::rank_position found = detail::find_by_rank<arch::vector_native, false>(
-            keys, weights, n, lowest, highest, detail::mass_beyond(p_, total), detail::everything, c.rank_scratch(), histogram);
         const detail::rank_bound bound{found.logit, found.id};
-        if (min_keep_ > 1 && detail::count_ranked<arch::vector_native>(keys, n, bound) < min_keep_) {
-            return false;
+        if (min_keep_ > 1) {
+            if (by_histogram) {
+                detail::distance_keys<arch::vector_native>(x, weights, n, center, keys, lowest, highest);
+            }
+            if (detail::count_ranked<arch::vector_native>(keys, n, bound) < min_keep_) {
+                return false;
+            }
         }
-        c.keep_ranked(bound, found.through, total, lowest, highest, histogram != nullptr);
+        if (by_histogram) {
+            c.keep_ranked_by_distance(bound, found.through, total, center);
+        } else {
+            c.keep_ranked(bound, found.through, total, lowest, highest);
+        }
         return true;
     }
 
-    // From this many logits, the keys' pass also builds the histogram by key (rank_select.hpp)
-    // that the cut and the draw over the ranked set search instead of the vocabulary.
+    // From this many logits, the keys are not stored: their pass builds the histogram of the
+    // weights by key (rank_select.hpp) through which the cut and the draw over the ranked set find
+    // their token, computing the keys of one bucket.
     static constexpr std::size_t histogram_from = 4096;
 
     float p_;
