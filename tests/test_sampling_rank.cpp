@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -799,6 +800,57 @@ TEST_CASE("typical then dist over a whole vocabulary: the ranked set, and a walk
                         }
                     }
                     CHECK(chain.sample(x) == want);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("the vocabulary's largest logit: computed once, forgotten when a logit changes, noted by the samplers that move it")
+{
+    // Directly: each way of changing a logit forgets the maximum.
+    const std::vector<float> x = vocabulary(5000, 61, 0);
+    const float max = sd::max_logit<qk::arch::generic>(x.data(), x.size());
+    qs::candidates c;
+    c.reset(x);
+    CHECK(same_bits(c.vocabulary_max(), max));
+    c.set_logit(17, max + 1.0f);
+    CHECK(c.vocabulary_max() == max + 1.0f);
+    c.dense()[4000] = max + 2.0f;
+    CHECK(c.vocabulary_max() == max + 2.0f);
+    c.floor_logits(max + 3.0f);
+    CHECK(c.vocabulary_max() == -inf);
+    c.reset(x);
+    CHECK(same_bits(c.vocabulary_max(), max));
+
+    // After each whole-vocabulary sampler that notes where the maximum went, it is the maximum of
+    // the logits it left, and dist draws over them what it draws over a copy of them.
+    std::uint32_t seed = 900;
+    for (const int kind : {0, 1, 2, 3, 4}) {
+        for (const std::size_t n : {std::size_t{40}, std::size_t{3001}, std::size_t{60000}}) {
+            const auto logits = vocabulary(n, seed++, kind);
+            const std::vector<std::pair<std::string, std::function<void(qs::candidates&)>>> samplers = {
+                {"xtc(probability=1,threshold=0.1)", [](qs::candidates& c) { qs::xtc(1.0f, 0.1f).apply(c); }},
+                {"xtc(probability=1,threshold=0.01)", [](qs::candidates& c) { qs::xtc(1.0f, 0.01f).apply(c); }},
+                {"xtc(probability=1,threshold=0.0005)", [](qs::candidates& c) { qs::xtc(1.0f, 0.0005f).apply(c); }},
+                {"top_n_sigma(0.5)", [](qs::candidates& c) { qs::top_n_sigma(0.5f).apply(c); }},
+                {"top_n_sigma(1)", [](qs::candidates& c) { qs::top_n_sigma(1.0f).apply(c); }},
+                {"top_n_sigma(3)", [](qs::candidates& c) { qs::top_n_sigma(3.0f).apply(c); }},
+            };
+            for (const auto& [text, apply] : samplers) {
+                CAPTURE(kind);
+                CAPTURE(n);
+                CAPTURE(text);
+                qs::candidates left;
+                left.reset(logits);
+                apply(left);
+                REQUIRE(left.whole_vocabulary());
+                const std::vector<float> copy(left.vocabulary_logits(), left.vocabulary_logits() + n);
+                CHECK(same_bits(left.vocabulary_max(), sd::max_logit<qk::arch::generic>(copy.data(), n)));
+                auto drawn = qs::chain::parse(text + ";dist(seed=" + std::to_string(seed) + ")");
+                auto plain = qs::chain::parse("dist(seed=" + std::to_string(seed) + ")");
+                for (int step = 0; step < 4; ++step) {
+                    CHECK(drawn.sample(logits) == plain.sample(copy));
                 }
             }
         }

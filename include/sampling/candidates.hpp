@@ -80,6 +80,7 @@ public:
         has_probabilities_ = false;
         selected_ = -1;
         prefix_size_ = unknown_size;
+        max_known_ = false;
     }
 
     [[nodiscard]] form current() const noexcept { return form_; }
@@ -104,28 +105,60 @@ public:
     // The changed logits of the view form, by id.
     [[nodiscard]] std::span<const std::pair<std::int32_t, float>> patches() const noexcept { return patches_; }
 
+    // The largest of vocabulary_logits() (max_logit's: NaN counts as -inf), computed once until a
+    // logit changes (set_logit, dense(), floor_logits()), or as a sampler that changed them and
+    // knows where the largest is now says with note_max().
+    [[nodiscard]] float vocabulary_max()
+    {
+        if (!max_known_) {
+            known_max_ = detail::max_logit<arch::vector_native>(vocabulary_logits(), static_cast<std::size_t>(vocab_));
+            max_known_ = true;
+        }
+        return known_max_;
+    }
+    // The largest logit of the view or dense form is `max` (max_logit's value of it).
+    void note_max(float max) noexcept
+    {
+        known_max_ = max + 0.0f; // a zero as +0, as max_logit gives it
+        max_known_ = true;
+    }
+
     // Every token's current logit, in id order: the caller's span itself while nothing changed.
     [[nodiscard]] const float* vocabulary_logits()
     {
         if (form_ == form::view && patches_.empty()) {
             return base_;
         }
-        return dense().data();
+        make_dense(); // the same logits: vocabulary_max() still holds
+        return dense_.data();
     }
 
     // Every token's logit, writable: copies the view into the dense form first.
     [[nodiscard]] std::span<float> dense()
     {
         require_whole("dense()");
+        max_known_ = false; // the caller may change any logit
+        make_dense();
+        return {dense_.data(), dense_.size()};
+    }
+
+    // Sets every logit below `threshold` (and NaN) to -inf in the view or dense form, which becomes
+    // dense: one pass over the view's logits into the copy (dense() and a pass over it: two).
+    void floor_logits(float threshold)
+    {
+        require_whole("floor_logits()");
+        max_known_ = false;
         if (form_ == form::view) {
-            dense_.assign(base_, base_ + vocab_);
+            dense_.resize(static_cast<std::size_t>(vocab_));
+            detail::floor_to_minus_infinity<arch::vector_native>(base_, dense_.data(), dense_.size(), threshold);
             for (const auto& [id, logit] : patches_) {
-                dense_[static_cast<std::size_t>(id)] = logit;
+                dense_[static_cast<std::size_t>(id)] = logit >= threshold ? logit : detail::minus_infinity;
             }
             patches_.clear();
             form_ = form::dense;
+            return;
         }
-        return {dense_.data(), dense_.size()};
+        detail::floor_to_minus_infinity<arch::vector_native>(dense_.data(), dense_.data(), dense_.size(), threshold);
     }
 
     [[nodiscard]] float logit(std::int32_t id) const
@@ -141,6 +174,7 @@ public:
     void set_logit(std::int32_t id, float value)
     {
         require_whole("set_logit()");
+        max_known_ = false;
         if (form_ == form::dense) {
             dense_[static_cast<std::size_t>(id)] = value;
             return;
@@ -405,6 +439,19 @@ public:
     [[nodiscard]] std::vector<std::uint64_t>& sort_keys() noexcept { return sort_keys_; }
 
 private:
+    // The view form becomes the dense one, with the same logits.
+    void make_dense()
+    {
+        if (form_ == form::view) {
+            dense_.assign(base_, base_ + vocab_);
+            for (const auto& [id, logit] : patches_) {
+                dense_[static_cast<std::size_t>(id)] = logit;
+            }
+            patches_.clear();
+            form_ = form::dense;
+        }
+    }
+
     void keep_ranked_set(detail::rank_bound bound, detail::mass_t mass, detail::mass_t total)
     {
         require_whole("keep_ranked()");
@@ -463,6 +510,8 @@ private:
     float center_ = 0.0f;
     mutable std::size_t prefix_size_ = unknown_size;
     bool prefix_over_dense_ = false;
+    float known_max_ = detail::minus_infinity; // vocabulary_max(), when max_known_
+    bool max_known_ = false;
     bool sorted_ = false;
     bool has_probabilities_ = false;
     std::int32_t selected_ = -1;

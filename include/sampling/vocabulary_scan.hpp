@@ -472,6 +472,114 @@ template <class Arch, bool Squares>
     return total;
 }
 
+// out[i] = x[i] where x[i] >= threshold, else -inf (NaN too); out may be x.
+template <class Arch>
+void floor_to_minus_infinity(const float* x, float* out, std::size_t n, float threshold) noexcept
+{
+    std::size_t i = 0;
+    if constexpr (!is_scalar<Arch>) {
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        constexpr std::size_t w = V::size;
+        const V t(threshold);
+        const V none(minus_infinity);
+        for (; i + w <= n; i += w) {
+            const V v = V::load_unaligned(x + i);
+            xsimd::select(v >= t, v, none).store_unaligned(out + i);
+        }
+    }
+    for (; i < n; ++i) {
+        out[i] = x[i] >= threshold ? x[i] : minus_infinity;
+    }
+}
+
+// In one pass over x[0 .. n), what top_n_sigma reads before the variance: returns max_logit's
+// maximum; `count` is the number of logits above -inf (NaN does not count) and `sum` their sum,
+// finite_sum's (the same lanes in the same order); `all_finite` whether every logit is finite,
+// and then `lowest` the smallest (a zero as +0).
+template <class Arch>
+[[nodiscard]] float finite_statistics(const float* x, std::size_t n, std::size_t& count, double& sum, float& lowest, bool& all_finite) noexcept
+{
+    double total = 0;
+    std::size_t above = 0;
+    float best = minus_infinity;
+    float least = std::numeric_limits<float>::infinity();
+    bool finite = true;
+    const auto one = [&](float v, float& lane) {
+        const bool counts = v > minus_infinity; // false for NaN
+        lane = lane + (counts ? v : 0.0f);
+        above += counts ? 1 : 0;
+        best = v > best ? v : best;
+        least = v < least ? v : least;
+        finite = finite && counts && v < std::numeric_limits<float>::infinity();
+    };
+    for (std::size_t begin = 0; begin < n; begin += chunk_size) {
+        const std::size_t size = std::min(chunk_size, n - begin);
+        const float* c = x + begin;
+        std::array<float, sum_lanes> lanes{};
+        std::size_t i = 0;
+        if constexpr (!is_scalar<Arch>) {
+            using V = xsimd::batch<float, simd_of<Arch>>;
+            using I = xsimd::batch<std::int32_t, simd_of<Arch>>;
+            constexpr std::size_t w = V::size;
+            constexpr std::size_t groups = sum_lanes / w;
+            const V none(minus_infinity);
+            const V all(std::numeric_limits<float>::infinity());
+            V acc[groups];
+            V high[groups];
+            V low[groups];
+            I counted[groups];
+            for (std::size_t g = 0; g < groups; ++g) {
+                acc[g] = V(0.0f);
+                high[g] = none;
+                low[g] = all;
+                counted[g] = I(0);
+            }
+            auto bad = V(0.0f) != V(0.0f);
+            for (; i + sum_lanes <= size; i += sum_lanes) {
+                for (std::size_t g = 0; g < groups; ++g) {
+                    const V v = V::load_unaligned(c + i + g * w);
+                    const auto counts = v > none; // false for NaN
+                    acc[g] = acc[g] + xsimd::select(counts, v, V(0.0f));
+                    counted[g] += xsimd::bitwise_cast<I>(xsimd::select(counts, xsimd::bitwise_cast<V>(I(1)), V(0.0f)));
+                    high[g] = xsimd::select(v > high[g], v, high[g]); // NaN never replaces it
+                    low[g] = xsimd::select(v < low[g], v, low[g]);
+                    bad = bad || !counts || !(v < all);
+                }
+            }
+            alignas(64) float high_lanes[w];
+            alignas(64) float low_lanes[w];
+            alignas(64) std::int32_t count_lanes[w];
+            for (std::size_t g = 0; g < groups; ++g) {
+                acc[g].store_unaligned(lanes.data() + g * w);
+                high[g].store_aligned(high_lanes);
+                low[g].store_aligned(low_lanes);
+                counted[g].store_aligned(count_lanes);
+                for (std::size_t l = 0; l < w; ++l) {
+                    best = high_lanes[l] > best ? high_lanes[l] : best;
+                    least = low_lanes[l] < least ? low_lanes[l] : least;
+                    above += static_cast<std::size_t>(count_lanes[l]);
+                }
+            }
+            finite = finite && !xsimd::any(bad);
+        } else {
+            for (; i + sum_lanes <= size; i += sum_lanes) {
+                for (std::size_t l = 0; l < sum_lanes; ++l) {
+                    one(c[i + l], lanes[l]);
+                }
+            }
+        }
+        for (std::size_t l = 0; i + l < size; ++l) {
+            one(c[i + l], lanes[l]);
+        }
+        total += tree_sum(lanes);
+    }
+    count = above;
+    sum = total;
+    lowest = least + 0.0f;
+    all_finite = finite;
+    return best + 0.0f; // -0 + 0 is +0; every other value is unchanged
+}
+
 // (g++ 12's false -Wmaybe-uninitialized on inlined AVX-512 intrinsics: GCC bug 105593.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push

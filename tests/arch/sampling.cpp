@@ -399,6 +399,37 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                 CHECK(sum == sd::finite_sum<reference, false>(x, n, 0.0f));
                 const auto mean = static_cast<float>(sum / static_cast<double>(n));
                 CHECK(sd::finite_sum<tag, true>(x, n, mean) == sd::finite_sum<reference, true>(x, n, mean));
+                // top_n_sigma's one pass: the maximum, count and sum of the passes above it, and
+                // finite_range's verdict and lowest end.
+                {
+                    std::size_t count = 0;
+                    double statistics_sum = 0;
+                    float lowest_end = 0.0f;
+                    bool all_finite = false;
+                    const float statistics_max = sd::finite_statistics<tag>(x, n, count, statistics_sum, lowest_end, all_finite);
+                    CHECK(same_bits(statistics_max, sd::max_logit<reference>(x, n)));
+                    CHECK(count == sd::count_ranked<reference>(x, n, {-inf, -1}));
+                    CHECK(statistics_sum == sum);
+                    float range_low = 0.0f;
+                    float range_high = 0.0f;
+                    const bool finite = sd::finite_range<reference>(x, n, range_low, range_high);
+                    CHECK(all_finite == finite);
+                    if (finite) {
+                        CHECK(same_bits(lowest_end, range_low));
+                    }
+                }
+                {
+                    std::vector<float> floored(n);
+                    std::vector<float> floored_ref(n);
+                    sd::floor_to_minus_infinity<tag>(x, floored.data(), n, mean);
+                    sd::floor_to_minus_infinity<reference>(x, floored_ref.data(), n, mean);
+                    CHECK(std::memcmp(floored.data(), floored_ref.data(), n * sizeof(float)) == 0);
+                    std::size_t wrong = 0;
+                    for (std::size_t i = 0; i < n; ++i) {
+                        wrong += same_bits(floored_ref[i], x[i] >= mean ? x[i] : -inf) ? 0 : 1;
+                    }
+                    CHECK(wrong == 0);
+                }
                 for (const float threshold : {-inf, max - 3.0f, max}) {
                     std::vector<std::uint64_t> chunk(sd::chunk_count(n));
                     std::vector<std::uint64_t> chunk_ref(chunk.size());

@@ -64,7 +64,7 @@ struct vocabulary_draw {
 {
     const float* x = c.vocabulary_logits();
     const auto n = static_cast<std::size_t>(c.vocab_size());
-    const float max = max_logit<arch::vector_native>(x, n);
+    const float max = c.vocabulary_max();
     c.check_max(max);
     auto& sums = c.chunk_sums();
     sums.resize(chunk_count(n));

@@ -25,7 +25,7 @@ struct greedy {
             // A prefix or a floor holds the vocabulary's best token.
             const float* x = c.whole_vocabulary() ? c.vocabulary_logits() : c.prefix_logits();
             const auto n = static_cast<std::size_t>(c.vocab_size());
-            const float max = detail::max_logit<arch::vector_native>(x, n);
+            const float max = c.whole_vocabulary() ? c.vocabulary_max() : detail::max_logit<arch::vector_native>(x, n);
             c.check_max(max);
             c.select(static_cast<std::int32_t>(detail::find_value<arch::vector_native>(x, n, max)));
             return;

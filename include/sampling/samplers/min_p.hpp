@@ -44,7 +44,7 @@ public:
         if (c.whole_vocabulary()) {
             const float* x = c.vocabulary_logits();
             const auto n = static_cast<std::size_t>(c.vocab_size());
-            const float max = detail::max_logit<arch::vector_native>(x, n);
+            const float max = c.vocabulary_max();
             if (!(max > detail::minus_infinity)) {
                 return; // nothing to cut; the selecting sampler reports the empty set
             }

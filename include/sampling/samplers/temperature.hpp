@@ -33,7 +33,7 @@ inline void apply_temperature(candidates& c, float t)
         if (c.whole_vocabulary()) {
             const float* x = c.vocabulary_logits();
             const auto n = static_cast<std::size_t>(c.vocab_size());
-            const float max = max_logit<arch::vector_native>(x, n);
+            const float max = c.vocabulary_max();
             const std::size_t keep = find_value<arch::vector_native>(x, n, max);
             auto d = c.dense();
             for (std::size_t i = 0; i < d.size(); ++i) {

@@ -3,8 +3,9 @@
 // from the mean in vocabulary_scan.hpp's fixed order, chunk sums in double: the same on every
 // tag, over a whole vocabulary in id order and over a list in its order), every logit below
 // m - n sigma becomes -inf (the candidates stay in the set). n <= 0, or fewer than two
-// candidates, changes nothing. Over a whole vocabulary: SIMD passes, and a copy of the logits
-// only when some must become -inf.
+// candidates, changes nothing. Over a whole vocabulary: two SIMD passes (the maximum, the count
+// and the sum; then the squares), and a copy of the logits, masked as it is made, only when some
+// must become -inf.
 // Differs from llama.cpp (llama_sampler_top_n_sigma_apply): the mean and the variance use the
 // fixed-order sums above, where llama.cpp adds floats in the set's order; NaN counts as -inf
 // (llama.cpp counts it, which makes the mean NaN and masks nothing); and the set keeps its order
@@ -44,14 +45,17 @@ public:
         if (c.whole_vocabulary()) {
             const float* x = c.vocabulary_logits();
             const auto n = static_cast<std::size_t>(c.vocab_size());
-            const float threshold = cut(x, n);
+            float max = 0.0f;
             float lowest = 0.0f;
-            float highest = 0.0f;
-            if (detail::finite_range<arch::vector_native>(x, n, lowest, highest) && lowest >= threshold) {
+            bool all_finite = false;
+            const float threshold = cut(x, n, max, lowest, all_finite);
+            c.note_max(max);
+            if (all_finite && lowest >= threshold) {
                 return; // every logit stays
             }
-            for (float& v : c.dense()) {
-                v = v >= threshold ? v : detail::minus_infinity;
+            c.floor_logits(threshold);
+            if (threshold <= max) {
+                c.note_max(max); // it stays
             }
             return;
         }
@@ -60,7 +64,10 @@ public:
         for (std::size_t i = 0; i < l.size(); ++i) {
             logits_[i] = l[i].logit;
         }
-        const float threshold = cut(logits_.data(), logits_.size());
+        float max = 0.0f;
+        float lowest = 0.0f;
+        bool all_finite = false;
+        const float threshold = cut(logits_.data(), logits_.size(), max, lowest, all_finite);
         for (auto& t : l) {
             t.logit = t.logit >= threshold ? t.logit : detail::minus_infinity;
         }
@@ -76,15 +83,17 @@ public:
     }
 
 private:
-    // m - n sigma over x[0 .. n); -inf when no logit is above -inf.
-    [[nodiscard]] float cut(const float* x, std::size_t n) const noexcept
+    // m - n sigma over x[0 .. n); -inf when no logit is above -inf. m (max_logit's), whether every
+    // logit is finite and then the smallest come from the same pass as the count and the sum.
+    [[nodiscard]] float cut(const float* x, std::size_t n, float& max, float& lowest, bool& all_finite) const noexcept
     {
-        const float max = detail::max_logit<arch::vector_native>(x, n);
-        const std::size_t count = detail::count_ranked<arch::vector_native>(x, n, {detail::minus_infinity, -1});
+        std::size_t count = 0;
+        double sum = 0;
+        max = detail::finite_statistics<arch::vector_native>(x, n, count, sum, lowest, all_finite);
         if (count == 0) {
             return detail::minus_infinity;
         }
-        const auto mean = static_cast<float>(detail::finite_sum<arch::vector_native, false>(x, n, 0.0f) / static_cast<double>(count));
+        const auto mean = static_cast<float>(sum / static_cast<double>(count));
         const auto variance = static_cast<float>(detail::finite_sum<arch::vector_native, true>(x, n, mean) / static_cast<double>(count));
         return max - detail::opaque(n_ * std::sqrt(variance));
     }

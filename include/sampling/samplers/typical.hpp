@@ -134,7 +134,7 @@ private:
     {
         const float* x = c.vocabulary_logits();
         const auto n = static_cast<std::size_t>(c.vocab_size());
-        const float max = detail::max_logit<arch::vector_native>(x, n);
+        const float max = c.vocabulary_max();
         c.check_max(max);
         float* weights = c.weights_buffer();
         float* keys = c.keys_buffer();

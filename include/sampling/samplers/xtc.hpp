@@ -116,7 +116,7 @@ private:
     {
         const float* x = c.vocabulary_logits();
         const auto n = static_cast<std::size_t>(c.vocab_size());
-        const float max = detail::max_logit<arch::vector_native>(x, n);
+        const float max = c.vocabulary_max();
         c.check_max(max);
         if (apply_bounded(c, x, n, max)) {
             return;
@@ -147,6 +147,7 @@ private:
                     d[i] = detail::minus_infinity;
                 }
             }
+            c.note_max(kept_logit); // every other token that passed ranked before it and is gone
             return;
         }
         const auto most = static_cast<std::size_t>(total / share);
@@ -155,12 +156,21 @@ private:
         while (passing < best_.size() && passes(best_[passing].logit)) {
             ++passing;
         }
+        remove_passing(c, passing);
+    }
+
+    // Makes -inf the logits of the `passing` best tokens (best_) but the last, provided at least
+    // two pass and min_keep remain; the last is then the largest logit left.
+    void remove_passing(candidates& c, std::size_t passing) const
+    {
+        const auto n = static_cast<std::size_t>(c.vocab_size());
         if (passing < 2 || n - (passing - 1) < min_keep_) {
             return;
         }
         for (std::size_t i = 0; i + 1 < passing; ++i) {
             c.set_logit(best_[i].id, detail::minus_infinity);
         }
+        c.note_max(best_[passing - 1].logit);
     }
 
     // apply_whole from bounds on the total mass; false (nothing changed) when they do not settle
@@ -187,12 +197,7 @@ private:
                 return false; // passes or fails depending on the exact total
             }
         }
-        if (passing < 2 || n - (passing - 1) < min_keep_) {
-            return true;
-        }
-        for (std::size_t i = 0; i + 1 < passing; ++i) {
-            c.set_logit(best_[i].id, detail::minus_infinity);
-        }
+        remove_passing(c, passing);
         return true;
     }
 
