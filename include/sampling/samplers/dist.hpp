@@ -1,8 +1,9 @@
 // dist: the seeded categorical draw. With p the softmax of the candidates' logits and u a uniform
 // number in [0, 1) from the sampler's generator, it selects the first candidate (in the set's
 // order: id order over a whole vocabulary) at which the running sum of p exceeds u times the sum
-// of p. Over a whole vocabulary this is one SIMD pass for the maximum and one for the exp sums per
-// chunk of 1024 logits, then exp is recomputed for the one chunk the draw lands in. Over a prefix
+// of p. Over a whole vocabulary this is one SIMD pass for the maximum (none where a sampler before
+// it has it: candidates::vocabulary_max) and one for the exp sums per chunk of 1024 logits, then
+// exp is recomputed for the one chunk the draw lands in. Over a prefix
 // (what top_p leaves of a whole vocabulary, sorted) the running sum is the exact mass of
 // exact_mass.hpp, taken in rank order without sorting (rank_select.hpp): the first candidate whose
 // running mass exceeds u times the prefix's mass (found through the histogram by logit top_p
