@@ -837,7 +837,9 @@ TEST_CASE("the vocabulary's largest logit: computed once, forgotten when a logit
                 {"top_n_sigma(1)", [](qs::candidates& c) { qs::top_n_sigma(1.0f).apply(c); }},
                 {"top_n_sigma(3)", [](qs::candidates& c) { qs::top_n_sigma(3.0f).apply(c); }},
             };
-            for (const auto& [text, apply] : samplers) {
+            for (const auto& entry : samplers) {
+                const std::string& text = entry.first;
+                const auto& apply = entry.second;
                 CAPTURE(kind);
                 CAPTURE(n);
                 CAPTURE(text);
