@@ -305,6 +305,28 @@ template <class Arch>
         _mm512_storeu_pd(lanes.data() + 8, high);
     }
 #endif
+#if defined(__AVX__)
+    if constexpr (std::is_base_of_v<xsimd::avx, simd_of<Arch>> && !std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        // Likewise in four registers of four lanes each (g++ 12 widened the second vector of each
+        // 16 element by element).
+        using V = xsimd::batch<float, simd_of<Arch>>;
+        const V m(max);
+        __m256d sums[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            for (std::size_t g = 0; g < 2; ++g) {
+                const __m256 e = exp_difference(V::load_unaligned(x + i + 8 * g), m);
+                if (dst != nullptr) {
+                    _mm256_storeu_ps(dst + i + 8 * g, e);
+                }
+                sums[2 * g] = _mm256_add_pd(sums[2 * g], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+                sums[2 * g + 1] = _mm256_add_pd(sums[2 * g + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+            }
+        }
+        for (std::size_t q = 0; q < 4; ++q) {
+            _mm256_storeu_pd(lanes.data() + 4 * q, sums[q]);
+        }
+    }
+#endif
     if constexpr (!is_scalar<Arch>) {
         using V = xsimd::batch<float, simd_of<Arch>>;
         constexpr std::size_t w = V::size;
