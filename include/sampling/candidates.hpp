@@ -50,9 +50,10 @@ namespace detail {
 //    list() filters it out (p 0) when a sampler needs one; dist and greedy work on it directly;
 //  - ranked: the tokens of the vocabulary (view without patches, or dense) that rank at or before
 //    one token by a key a sampler gave every token (key high first, then id low first), in that
-//    order: what typical leaves of a whole vocabulary, held as the keys, the bound, the weights and
-//    their exact masses as for a prefix. list() sorts it out (p 0, the logits the vocabulary's);
-//    dist draws from it directly.
+//    order: what typical leaves of a whole vocabulary, held as the keys (or the center they are
+//    computed from, with the histogram of the weights by key), the bound, the weights and their
+//    exact masses as for a prefix. list() sorts it out (p 0, the logits the vocabulary's); dist
+//    draws from it directly.
 // NaN logits count as -inf throughout; a list never holds NaN.
 class candidates {
 public:
