@@ -271,7 +271,7 @@ TEST_CASE("top_k: the k best by (logit, id), sorted")
 }
 
 // Each of top_k's whole-vocabulary paths (the heap up to k = 256, the count by rank above it, the
-// prefix above 2048 and 1/32 of the vocabulary) with +inf logits, which rank first. The count by
+// prefix above 2048 and 1/64 of the vocabulary) with +inf logits, which rank first. The count by
 // rank once took +inf for a finite maximum and kept every token (found by fuzz/samplers.cpp).
 TEST_CASE("top_k: +inf logits rank first on every whole-vocabulary path")
 {

@@ -454,11 +454,26 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     CHECK(through_histogram.through == want.through);
                 }
                 if (!special) {
-                    for (const std::size_t k : {std::size_t{1}, n / 2 + 1, n}) {
+                    // find_by_count (top_k's count by rank) finds the k-th token that find_by_rank
+                    // counting finds, through buckets the tag places as generic does.
+                    sd::rank_histogram counted;
+                    sd::rank_histogram counted_ref;
+                    sd::rank_positions<tag>(x, n, max, 64.0f, counted);
+                    sd::rank_positions<reference>(x, n, max, 64.0f, counted_ref);
+                    CHECK(std::memcmp(counted.bucket_of.data(), counted_ref.bucket_of.data(), n * sizeof(std::uint16_t)) == 0);
+                    for (const std::size_t k : {std::size_t{1}, std::size_t{2}, n / 3 + 1, n / 2 + 1, n - 1, n}) {
+                        if (k == 0 || k > n) {
+                            continue;
+                        }
+                        CAPTURE(k);
                         const auto got = sd::find_by_rank<tag, true>(x, nullptr, n, lowest_ref, max, k, sd::everything, scratch);
                         const auto want = sd::find_by_rank<reference, true>(x, nullptr, n, lowest_ref, max, k, sd::everything, scratch_ref);
                         CHECK(got.id == want.id);
                         CHECK(got.through == want.through);
+                        const auto by_count = sd::find_by_count<tag>(x, n, lowest_ref, max, k, counted, scratch);
+                        CHECK(by_count.id == want.id);
+                        CHECK(same_bits(by_count.logit, want.logit));
+                        CHECK(by_count.through == want.through);
                     }
                 }
             }

@@ -2,7 +2,7 @@
 // or k at least the set's size, keeps everything. Over a whole vocabulary, for k up to 256, it is
 // one SIMD pass against the k-th best seen so far (a heap of k); for larger k (of finite logits)
 // the k-th token is found by counting by rank (rank_select.hpp) and only the k kept are sorted;
-// for k above 2048 and above 1/32 of a whole vocabulary (of finite logits) the set becomes the
+// for k above 2048 and above 1/64 of a whole vocabulary (of finite logits) the set becomes the
 // prefix up to the k-th best (candidates::form::prefix, as top_p leaves it: list() sorts it and
 // gives each its probability in the whole vocabulary, where a sorted list's p are 0; dist draws
 // from it by exact masses in rank order, not from a sorted list's probabilities), which costs a
@@ -33,7 +33,7 @@ namespace detail {
 inline constexpr std::size_t heap_top_k_limit = 256;
 
 
-// The k-th best of a whole vocabulary of finite logits, counting tokens by rank (find_by_rank),
+// The k-th best of a whole vocabulary of finite logits, counting tokens by rank (find_by_count),
 // and the largest logit; false when a logit is infinite or NaN, where counting by rank does not apply.
 inline bool kth_by_count(candidates& c, std::size_t k, rank_position& kth, float& highest)
 {
@@ -43,7 +43,7 @@ inline bool kth_by_count(candidates& c, std::size_t k, rank_position& kth, float
     if (!finite_range<arch::vector_native>(x, n, lowest, highest)) {
         return false;
     }
-    kth = find_by_rank<arch::vector_native, true>(x, nullptr, n, lowest, highest, k, everything, c.rank_scratch());
+    kth = find_by_count<arch::vector_native>(x, n, lowest, highest, k, c.rank_histogram(), c.rank_scratch());
     return true;
 }
 
@@ -67,11 +67,15 @@ inline bool keep_top_k_by_rank(candidates& c, std::size_t k)
     return true;
 }
 
-// Above this k, and above 1/32 of a whole vocabulary, top_k keeps a prefix instead of a sorted
+// Above this k, and above 1/64 of a whole vocabulary, top_k keeps a prefix instead of a sorted
 // list (top_k::apply). It is also the GPU backends' largest top-k list, so that a chain they run
-// never meets the prefix (their lists draw as a list does).
+// never meets the prefix (their lists draw as a list does). The share is about where the two cost
+// the same with dist after them: the prefix costs a few passes whatever k is, the list a sort of
+// k that grows faster than k (Intel Xeon with AVX-512: at 152k logits they cross near k = 2800,
+// at 256k near 3100, at 32k at 2048; top_k(4096);dist at 152k took 230 us as a list, 176 as a
+// prefix).
 inline constexpr std::size_t prefix_top_k_from = 2048;
-inline constexpr std::size_t prefix_top_k_share = 32;
+inline constexpr std::size_t prefix_top_k_share = 64;
 
 // The k best of a whole vocabulary of finite logits as a prefix (candidates::form::prefix, as
 // top_p leaves it): every weight, the total mass and each token's bucket of the histogram by logit
