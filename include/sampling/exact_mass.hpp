@@ -420,6 +420,76 @@ mass_t masked_chunk_masses(const float* x, std::size_t n, float max, float thres
     return total;
 }
 
+// The mass of the weights e[i] of at least w in each chunk of chunk_size (chunk_count(n) of them,
+// into `masses`), and their total; `least` becomes the smallest logit x[i] among those tokens and
+// `most_below` the largest among the others (+inf, -inf where there is none; NaN ignored). When least is above
+// most_below, the tokens of weight w or more are those of logit `least` or more, and the masses
+// are masked_chunk_masses' at that threshold when e[i] = exp(x[i] - max) (exp_mass's weights),
+// computed without an exponential.
+template <class Arch>
+mass_t passing_chunk_masses(const float* x, const float* e, std::size_t n, float w, std::uint64_t* masses, float& least,
+                            float& most_below) noexcept
+{
+    mass_t total = 0;
+    least = std::numeric_limits<float>::infinity();
+    most_below = minus_infinity;
+    for (std::size_t c = 0; c * chunk_size < n; ++c) {
+        const std::size_t begin = c * chunk_size;
+        const std::size_t end = std::min(n, begin + chunk_size);
+        std::uint64_t chunk = 0;
+        std::size_t i = begin;
+        if constexpr (!is_scalar<Arch>) {
+            using V = simd_float<Arch>;
+            using I = simd_int<Arch>;
+            constexpr std::size_t step = V::size;
+            const V bound(w);
+            V low(least);
+            V high(most_below);
+            std::uint64_t high_total = 0;
+            std::uint64_t low_total = 0;
+            while (i + step <= end) {
+                I high_lanes(0);
+                I low_lanes(0);
+                for (std::size_t a = 0; a < limb_adds_per_flush && i + step <= end; ++a, i += step) {
+                    const V v = V::load_unaligned(x + i);
+                    const V weight = V::load_unaligned(e + i);
+                    const auto in = weight >= bound;
+                    low = xsimd::select(in && v < low, v, low);     // NaN is never below
+                    high = xsimd::select(!in && v > high, v, high); // nor above
+                    I high_limb;
+                    I low_limb;
+                    limbs(xsimd::select(in, weight, V(0.0f)), high_limb, low_limb);
+                    high_lanes += high_limb;
+                    low_lanes += low_limb;
+                }
+                flush(high_lanes, high_total);
+                flush(low_lanes, low_total);
+            }
+            chunk = (high_total << 24) + low_total; // below 2^10 * 2^48
+            alignas(64) float stored[step];
+            low.store_aligned(stored);
+            for (const float l : stored) {
+                least = l < least ? l : least;
+            }
+            high.store_aligned(stored);
+            for (const float h : stored) {
+                most_below = h > most_below ? h : most_below;
+            }
+        }
+        for (; i < end; ++i) {
+            if (e[i] >= w) {
+                chunk += mass_of(e[i]);
+                least = x[i] < least ? x[i] : least;
+            } else {
+                most_below = x[i] > most_below ? x[i] : most_below;
+            }
+        }
+        masses[c] = chunk;
+        total += chunk;
+    }
+    return total;
+}
+
 } // namespace qk::sampling::detail
 
 #if defined(__GNUC__) && !defined(__clang__)

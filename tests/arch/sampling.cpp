@@ -437,6 +437,50 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                           sd::masked_chunk_masses<reference>(x, n, max, threshold, chunk_ref.data()));
                     CHECK(chunk == chunk_ref);
                 }
+                // mirostat_v2's pass over its weights: the tag's chunk masses, total, least and
+                // most_below equal generic's and the definition's, for the weights of these logits
+                // and for the same weights shuffled (the tokens of weight w or more then no floor
+                // of logits, as exp's steps could make them).
+                for (const bool shuffled : {false, true}) {
+                    std::vector<float> weights = e_ref;
+                    if (shuffled) {
+                        std::shuffle(weights.begin(), weights.end(), std::mt19937(seed));
+                    }
+                    for (const float w : {0.0f, 1e-3f, 0.25f, 1.0f, 2.0f}) {
+                        CAPTURE(shuffled);
+                        CAPTURE(w);
+                        std::vector<std::uint64_t> chunk(sd::chunk_count(n));
+                        std::vector<std::uint64_t> chunk_ref(chunk.size());
+                        float least = 0.0f;
+                        float least_ref = 0.0f;
+                        float most_below = 0.0f;
+                        float most_below_ref = 0.0f;
+                        const sd::mass_t passing = sd::passing_chunk_masses<tag>(x, weights.data(), n, w, chunk.data(), least, most_below);
+                        const sd::mass_t passing_ref =
+                            sd::passing_chunk_masses<reference>(x, weights.data(), n, w, chunk_ref.data(), least_ref, most_below_ref);
+                        CHECK(passing == passing_ref);
+                        CHECK(chunk == chunk_ref);
+                        CHECK(same_bits(least, least_ref));
+                        CHECK(same_bits(most_below, most_below_ref));
+                        std::vector<std::uint64_t> defined(chunk.size(), 0);
+                        sd::mass_t defined_total = 0;
+                        float defined_least = inf;
+                        float defined_most_below = -inf;
+                        for (std::size_t i = 0; i < n; ++i) {
+                            if (weights[i] >= w) {
+                                defined[i / sd::chunk_size] += sd::mass_of(weights[i]);
+                                defined_total += sd::mass_of(weights[i]);
+                                defined_least = x[i] < defined_least ? x[i] : defined_least;
+                            } else if (x[i] > defined_most_below) {
+                                defined_most_below = x[i];
+                            }
+                        }
+                        CHECK(chunk_ref == defined);
+                        CHECK(passing_ref == defined_total);
+                        CHECK(same_bits(least_ref, defined_least));
+                        CHECK(same_bits(most_below_ref, defined_most_below));
+                    }
+                }
 
                 const float from = std::max(lowest_ref, max - 34.0f);
                 sd::rank_scratch scratch;

@@ -82,6 +82,30 @@ struct floor_draw {
     mass_t total;
 };
 
+// The draw over a floor at `threshold` of a whole vocabulary x[0 .. n) from its chunk masses
+// (masked_chunk_masses or floor_chunk_masses) and their total: the chunk the target falls in, then
+// its tokens one by one, their masses from the stored weights when `weights` is not null (the
+// same masses: exp(x[i] - max) as exp_mass stores it).
+[[nodiscard]] inline floor_draw draw_floor_chunks(const float* x, const float* weights, float max, float threshold, const std::uint64_t* masses,
+                                                  mass_t total, double u)
+{
+    const mass_t target = draw_target(u, total);
+    mass_t running = 0;
+    std::size_t chunk = 0;
+    while (running + masses[chunk] < target) {
+        running += masses[chunk++];
+    }
+    for (std::size_t i = chunk * chunk_size;; ++i) {
+        if (x[i] >= threshold) {
+            const std::uint64_t mass = mass_of(weights != nullptr ? weights[i] : exp(x[i] - max));
+            running += mass;
+            if (running >= target) {
+                return {static_cast<std::int32_t>(i), mass, total};
+            }
+        }
+    }
+}
+
 [[nodiscard]] inline floor_draw draw_floor(candidates& c, double u)
 {
     const float* x = c.prefix_logits();
@@ -94,21 +118,7 @@ struct floor_draw {
     auto& masses = c.chunk_masses();
     masses.resize(chunk_count(n));
     const mass_t total = masked_chunk_masses<arch::vector_native>(x, n, max, threshold, masses.data());
-    const mass_t target = draw_target(u, total);
-    mass_t running = 0;
-    std::size_t chunk = 0;
-    while (running + masses[chunk] < target) {
-        running += masses[chunk++];
-    }
-    for (std::size_t i = chunk * chunk_size;; ++i) {
-        if (x[i] >= threshold) {
-            const std::uint64_t mass = mass_of(exp(x[i] - max));
-            running += mass;
-            if (running >= target) {
-                return {static_cast<std::int32_t>(i), mass, total};
-            }
-        }
-    }
+    return draw_floor_chunks(x, nullptr, max, threshold, masses.data(), total, u);
 }
 
 // Draws over whatever form the candidates have and returns the token.

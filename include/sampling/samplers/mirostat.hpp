@@ -14,15 +14,17 @@
 // Both then draw as dist does from what they keep: the best k as a sorted list (renormalized
 // softmax, draw in that order); everything, the set as it is (a whole vocabulary in id order
 // with dist's whole-vocabulary draw and softmax's probability for the surprise, a list in its
-// order); except that either, keeping more than 1/32 of a whole vocabulary, makes it the floor at
-// the last kept one's logit (candidates::form::floor, id order: min_p's form; the search for that
-// one counts the finite logits by rank: for v2, -inf and NaN weigh nothing; v1 keeps its list
-// when a logit is -inf or NaN), draws as dist draws over a floor (exact masses in id order) and
-// takes the selected token's probability as its exact mass over the floor's. A floor keeps the
-// last one's ties with it: v1 then keeps more than k when logits tie at the k-th. Over a whole
-// vocabulary nothing is sorted beyond the k kept: v1 takes its m best with a top-k scan, v2
-// counts the passing tokens in a pass over the weights (skipped when the range of finite logits
-// already shows that every token passes), and keeping k is top_k's.
+// order); except that v1 keeping more than 1/32 of a whole vocabulary, and v2 keeping more than
+// 256 of one, make it the floor at the last kept one's logit (candidates::form::floor, id order:
+// min_p's form; the search for that one counts the finite logits by rank: for v2, -inf and NaN
+// weigh nothing, and over finite logits it is the least logit of a passing weight, checked in the
+// pass that sums the floor's masses from the weights; v1 keeps its list when a logit is -inf or
+// NaN), draws as dist draws over a floor (exact masses in id order) and takes the selected
+// token's probability as its exact mass over the floor's. A floor keeps the last one's ties with
+// it: v1 then keeps more than k when logits tie at the k-th. Over a whole vocabulary nothing is
+// sorted beyond the k kept: v1 takes its m best with a top-k scan, v2 counts the passing tokens in
+// a pass over the weights (skipped when the range of finite logits already shows that every
+// token passes), and keeping k is top_k's.
 // Differs from llama.cpp (llama_sampler_mirostat_apply, llama_sampler_mirostat_v2_apply): mu moves
 // on accept(), not in apply(), so a step never accepted leaves it alone. v1 skips a pair with
 // p_(i+1) = 0, which llama.cpp lets make s infinite and k 1, and keeps everything for a k that is
@@ -53,10 +55,15 @@ namespace detail {
 
 inline constexpr float inverse_ln2 = 1.44269504f;
 
-// Either version keeping more than 1/32 of a whole vocabulary makes it a floor (as min_p's):
-// dist's draw over it is one masked pass over the vocabulary, where a list of them would be
-// sorted first.
+// mirostat keeping more than 1/32 of a whole vocabulary makes it a floor (as min_p's): dist's
+// draw over it is one masked pass over the vocabulary, where a list of them would be sorted first.
 inline constexpr std::size_t mirostat_floor_share = 32;
+
+// mirostat_v2 keeping more than this many of a whole vocabulary makes the floor too: its draw
+// reads the weights v2 has computed, a pass without exponentials, where a list longer than
+// top_k's heap keeps would be sorted (256k peaky logits, Intel Xeon with AVX-512: a step keeping
+// 300 to 6000 took 380-580 us as a list, about 270 as the floor; a softmax pass takes 141).
+inline constexpr std::size_t mirostat_list_limit = heap_top_k_limit;
 
 [[nodiscard]] inline float surprise(float p) noexcept
 {
@@ -82,11 +89,7 @@ struct mirostat_feedback {
             return;
         }
         if (c.is_floor()) {
-            // The drawn token's share of the floor's exact mass.
-            const floor_draw drawn = draw_floor(c, u);
-            c.select(drawn.token);
-            pending_surprise = surprise(static_cast<float>(static_cast<double>(drawn.mass) / to_double(drawn.total)));
-            pending = true;
+            select_floor(c, draw_floor(c, u));
             return;
         }
         c.compute_probabilities();
@@ -94,6 +97,13 @@ struct mirostat_feedback {
         const std::size_t i = draw_index(l, u);
         c.select(l[i].id);
         pending_surprise = surprise(l[i].p);
+        pending = true;
+    }
+    // Records a draw over the floor the candidates are: the drawn token's share of its exact mass.
+    void select_floor(candidates& c, const floor_draw& drawn)
+    {
+        c.select(drawn.token);
+        pending_surprise = surprise(static_cast<float>(static_cast<double>(drawn.mass) / to_double(drawn.total)));
         pending = true;
     }
     void accept(const char* sampler, std::int32_t token)
@@ -269,10 +279,13 @@ public:
                 }
                 keep = detail::count_ranked<arch::vector_native>(weights, size, {w, std::numeric_limits<std::int32_t>::max()});
                 // Many kept (w > 0: all of finite logit): the floor at the last one's logit, which
-                // its ties (of equal weight) pass with it, instead of sorting them. The count by
-                // rank runs over the finite logits: -inf and NaN, which weigh nothing, rank after
-                // every kept token and are never counted.
-                if (w > 0.0f && keep < size && keep * detail::mirostat_floor_share > size) {
+                // its ties (of equal weight) pass with it, instead of sorting them.
+                if (w > 0.0f && keep < size && keep > detail::mirostat_list_limit) {
+                    if (finite && floor_from_weights(c, u, weights, w, max)) {
+                        return;
+                    }
+                    // The count by rank runs over the finite logits: -inf and NaN, which weigh
+                    // nothing, rank after every kept token and are never counted.
                     const detail::rank_position last = detail::find_by_rank<arch::vector_native, true>(
                         x, nullptr, size, finite_lowest, max, keep, detail::everything, c.rank_scratch());
                     c.keep_at_least(last.logit, max);
@@ -313,6 +326,28 @@ public:
     }
 
 private:
+    // The floor of the tokens of weight w or more (exp_mass's weights) of a whole vocabulary of
+    // finite logits, and the draw over it, when they are the tokens from some logit up (as they
+    // are unless exp's steps, monotone only to within 2 ulp, reorder two tokens across w): that
+    // logit is then the one find_by_rank finds for their count, the floor the same, and its
+    // masses the weights' (one pass, without exponentials). False (nothing changed) otherwise.
+    bool floor_from_weights(candidates& c, double u, const float* weights, float w, float max)
+    {
+        const float* x = c.vocabulary_logits();
+        const auto n = static_cast<std::size_t>(c.vocab_size());
+        auto& masses = c.chunk_masses();
+        masses.resize(detail::chunk_count(n));
+        float least = 0.0f;
+        float most_below = 0.0f;
+        const detail::mass_t total = detail::passing_chunk_masses<arch::vector_native>(x, weights, n, w, masses.data(), least, most_below);
+        if (!(most_below < least)) {
+            return false;
+        }
+        c.keep_at_least(least, max);
+        state_.select_floor(c, detail::draw_floor_chunks(x, weights, max, least, masses.data(), total, u));
+        return true;
+    }
+
     // Whether every token of a vocabulary of finite logits from `lowest` to `max` passes, known
     // without the weights' pass: the total mass is at most n 2^48, so the share it asks for is at
     // most share_of(least, n 2^48), and every weight is at least the lowest logit's (exp is within
