@@ -367,7 +367,7 @@ public:
 
     // Adds the next `count` tokens by their mass `sum` alone (total_only), their buckets written
     // at next_buckets().
-    void add_total(std::uint64_t sum, std::size_t count) noexcept
+    void add_total(mass_t sum, std::size_t count) noexcept
     {
         total_ += sum;
         advance(count);
@@ -587,6 +587,40 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
         }
     }
 #endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        // The lanes below store each mass and bucket one by one: here the limbs widen to 64
+        // bits and the buckets pack to 16 in registers (typical's keys' pass and top_p's weights'
+        // pass on this tag: about a fifth of their time went to those stores).
+        using V = simd_float<Arch>;
+        using I = simd_int<Arch>;
+        const __m256 t = _mm256_set1_ps(top);
+        const __m256 scale = _mm256_set1_ps(h.per_unit);
+        const __m256 last = _mm256_set1_ps(rank_histogram::last);
+        const auto placed = [&](std::size_t at) {
+            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(t, _mm256_loadu_ps(v + at)), scale);
+            return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ)));
+        };
+        const auto widen = [](__m128i high_limbs, __m128i low_limbs) {
+            return _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepu32_epi64(high_limbs), 24), _mm256_cvtepu32_epi64(low_limbs));
+        };
+        for (; i + 16 <= count; i += 16) {
+            for (std::size_t half = 0; half < 16; half += 8) {
+                I high_limb;
+                I low_limb;
+                limbs(V::load_unaligned(e + i + half), high_limb, low_limb);
+                const __m256i high_limbs = high_limb;
+                const __m256i low_limbs = low_limb;
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass + i + half),
+                                    widen(_mm256_castsi256_si128(high_limbs), _mm256_castsi256_si128(low_limbs)));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass + i + half + 4),
+                                    widen(_mm256_extracti128_si256(high_limbs, 1), _mm256_extracti128_si256(low_limbs, 1)));
+            }
+            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(i), placed(i + 8)), 0xd8);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), packed);
+        }
+    }
+#endif
     if constexpr (!is_scalar<Arch>) {
         using V = simd_float<Arch>;
         using I = simd_int<Arch>;
@@ -616,6 +650,64 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
     for (; i < count; ++i) {
         mass[i] = mass_of(e[i]);
         bucket[i] = static_cast<std::uint16_t>(h.position(v[i]));
+    }
+}
+
+// Each token's bucket in h.bucket_of for a histogram by logit with top `top` and `per_unit` (as
+// rank_histogram::position truncates it), and nothing else: no weight, no mass, no count.
+template <class Arch>
+void rank_positions(const float* x, std::size_t n, float top, float per_unit, rank_histogram& h)
+{
+    h.top = top;
+    h.per_unit = per_unit;
+    if (h.bucket_of.size() < n) {
+        h.bucket_of.resize(n);
+    }
+    std::uint16_t* bucket = h.bucket_of.data();
+    std::size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
+        const __m512 t = _mm512_set1_ps(top);
+        const __m512 scale = _mm512_set1_ps(per_unit);
+        for (; i + 16 <= n; i += 16) {
+            store_buckets(_mm512_mul_ps(_mm512_sub_ps(t, _mm512_loadu_ps(x + i)), scale), bucket + i);
+        }
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        // 16 at a time, packed to 16 bits in registers (the lanes below are stored one by one).
+        const __m256 t = _mm256_set1_ps(top);
+        const __m256 scale = _mm256_set1_ps(per_unit);
+        const __m256 last = _mm256_set1_ps(rank_histogram::last);
+        const auto placed = [&](std::size_t at) {
+            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(t, _mm256_loadu_ps(x + at)), scale);
+            // d where d < last, else last (NaN too), as position() gives it
+            return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ)));
+        };
+        for (; i + 16 <= n; i += 16) {
+            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(i), placed(i + 8)), 0xd8);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), packed);
+        }
+    }
+#endif
+    if constexpr (!is_scalar<Arch>) {
+        using V = simd_float<Arch>;
+        constexpr std::size_t w = V::size;
+        const V t(top);
+        const V scale(per_unit);
+        const V last(rank_histogram::last);
+        alignas(64) std::int32_t placed[w];
+        for (; i + w <= n; i += w) {
+            const V d = (t - V::load_unaligned(x + i)) * scale;
+            xsimd::batch_cast<std::int32_t>(xsimd::select(d < last, d, last)).store_aligned(placed);
+            for (std::size_t l = 0; l < w; ++l) {
+                bucket[i + l] = static_cast<std::uint16_t>(placed[l]);
+            }
+        }
+    }
+    for (; i < n; ++i) {
+        bucket[i] = static_cast<std::uint16_t>(h.position(x[i]));
     }
 }
 
@@ -689,6 +781,14 @@ template <class Arch>
         }
     }
 #endif
+    if (!masses_by_bucket && counts == nullptr && done == 0) {
+        // Without AVX-512's loop: exp_mass's pass (its limbs summed in vector lanes), then the
+        // buckets in a pass of their own, where the blocks below convert and store every mass
+        // lane by lane (top_k(4096)'s pass at 32k logits, x86-64-v3: about 30% less time).
+        builder.add_total(exp_mass<Arch>(x, n, max, e, lowest), 0);
+        rank_positions<Arch>(x, n, max, per_unit, h);
+        return builder.finish();
+    }
     for (std::size_t begin = done; begin < n; begin += block) {
         const std::size_t count = std::min(block, n - begin);
         const float* xb = x + begin;
@@ -746,6 +846,64 @@ void count_through_each(const rank_histogram& h, std::size_t n, const std::array
         }
     }
 #endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        // 16 at a time: a comparison's true lanes are -1, so subtracting them counts (one token
+        // at a time, this search took half of top_k(4096)'s time at 32k logits on this tag).
+        __m256i above[Bounds]; // last[b] + 1, which is above exactly the buckets through last[b]
+        for (std::size_t b = 0; b < Bounds; ++b) {
+            above[b] = _mm256_set1_epi16(static_cast<short>(last[b] + 1)); // at most 2^10
+        }
+        const __m256i unit = _mm256_set1_epi16(1);
+        while (i + 16 <= n) {
+            __m256i lanes[Bounds];
+            for (std::size_t b = 0; b < Bounds; ++b) {
+                lanes[b] = _mm256_setzero_si256();
+            }
+            for (std::size_t a = 0; a < (std::size_t{1} << 15) - 1 && i + 16 <= n; ++a, i += 16) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket_of + i));
+                for (std::size_t b = 0; b < Bounds; ++b) {
+                    lanes[b] = _mm256_sub_epi16(lanes[b], _mm256_cmpgt_epi16(above[b], v));
+                }
+            }
+            for (std::size_t b = 0; b < Bounds; ++b) {
+                alignas(32) std::int32_t sums[8];
+                _mm256_store_si256(reinterpret_cast<__m256i*>(sums), _mm256_madd_epi16(lanes[b], unit));
+                for (const std::int32_t c : sums) {
+                    count[b] += static_cast<std::size_t>(c);
+                }
+            }
+        }
+    }
+#endif
+    if constexpr (!is_scalar<Arch>) {
+        // The same in 16-bit lanes of the tag's width.
+        using S = xsimd::batch<std::int16_t, simd_of<Arch>>;
+        constexpr std::size_t w = S::size;
+        const auto* buckets = reinterpret_cast<const std::int16_t*>(bucket_of); // below 2^15
+        std::array<S, Bounds> bound;
+        for (std::size_t b = 0; b < Bounds; ++b) {
+            bound[b] = S(static_cast<std::int16_t>(last[b]));
+        }
+        while (i + w <= n) {
+            // Each 16-bit lane counts at most 2^15 - 1 tokens before the lanes are added up.
+            std::array<S, Bounds> lanes;
+            lanes.fill(S(0));
+            for (std::size_t a = 0; a < (std::size_t{1} << 15) - 1 && i + w <= n; ++a, i += w) {
+                const S v = S::load_unaligned(buckets + i);
+                for (std::size_t b = 0; b < Bounds; ++b) {
+                    lanes[b] = lanes[b] + xsimd::select(v <= bound[b], S(1), S(0));
+                }
+            }
+            alignas(64) std::int16_t stored[w];
+            for (std::size_t b = 0; b < Bounds; ++b) {
+                lanes[b].store_aligned(stored);
+                for (const std::int16_t c : stored) {
+                    count[b] += static_cast<std::size_t>(c);
+                }
+            }
+        }
+    }
     for (; i < n; ++i) {
         one(i);
     }
@@ -837,6 +995,18 @@ void add_masses_through(rank_histogram& h, const float* e, std::size_t n, std::s
                 static_cast<std::uint64_t>(_mm512_cmple_epu16_mask(_mm512_loadu_si512(bucket_of + i), bound)) |
                 (static_cast<std::uint64_t>(_mm512_cmple_epu16_mask(_mm512_loadu_si512(bucket_of + i + 32), bound)) << 32);
             append_set_bits(in, i, index, k);
+        }
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        // The bits of 32 comparisons at a time, packed to bytes in order for one movemask.
+        const __m256i above = _mm256_set1_epi16(static_cast<short>(last + 1)); // at most 2^10
+        for (; i + 32 <= n; i += 32) {
+            const __m256i first = _mm256_cmpgt_epi16(above, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket_of + i)));
+            const __m256i second = _mm256_cmpgt_epi16(above, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket_of + i + 16)));
+            const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(first, second), 0xd8);
+            append_set_bits(static_cast<std::uint32_t>(_mm256_movemask_epi8(bytes)), i, index, k);
         }
     }
 #endif
@@ -967,6 +1137,28 @@ void gather_bucket_values(Value value, const float* e, std::size_t n, const rank
         }
     }
 #endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        // As AVX-512's: the ids of the matching buckets from the bits of 32 comparisons at a
+        // time (packed to bytes in order for one movemask), then the other tests.
+        const __m256i wanted = _mm256_set1_epi16(static_cast<short>(want));
+        std::size_t found = 0;
+        for (; i + 32 <= n; i += 32) {
+            const __m256i first = _mm256_cmpeq_epi16(wanted, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket_of + i)));
+            const __m256i second = _mm256_cmpeq_epi16(wanted, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bucket_of + i + 16)));
+            const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packs_epi16(first, second), 0xd8);
+            append_set_bits(static_cast<std::uint32_t>(_mm256_movemask_epi8(bytes)), i, out_id, found);
+        }
+        for (std::size_t j = 0; j < found; ++j) {
+            const std::int32_t id = out_id[j];
+            const float v = value(static_cast<std::size_t>(id));
+            out_id[k] = id;
+            out_logit[k] = v;
+            out_weight[k] = e[id];
+            k += static_cast<std::size_t>(v >= low) & static_cast<std::size_t>(!(v == bound.logit && id > bound.id));
+        }
+    }
+#endif
     if constexpr (!is_scalar<Arch>) {
         using U = xsimd::batch<std::uint16_t, simd_of<Arch>>;
         constexpr std::size_t w = U::size;
@@ -987,47 +1179,6 @@ void gather_bucket(const float* x, const float* e, std::size_t n, const rank_his
                    token_arrays& out)
 {
     gather_bucket_values<Arch>([x](std::size_t i) { return x[i]; }, e, n, h, b, low, bound, out);
-}
-
-// Each token's bucket in h.bucket_of for a histogram by logit with top `top` and `per_unit` (as
-// rank_histogram::position truncates it), and nothing else: no weight, no mass, no count.
-template <class Arch>
-void rank_positions(const float* x, std::size_t n, float top, float per_unit, rank_histogram& h)
-{
-    h.top = top;
-    h.per_unit = per_unit;
-    if (h.bucket_of.size() < n) {
-        h.bucket_of.resize(n);
-    }
-    std::uint16_t* bucket = h.bucket_of.data();
-    std::size_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-    if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        const __m512 t = _mm512_set1_ps(top);
-        const __m512 scale = _mm512_set1_ps(per_unit);
-        for (; i + 16 <= n; i += 16) {
-            store_buckets(_mm512_mul_ps(_mm512_sub_ps(t, _mm512_loadu_ps(x + i)), scale), bucket + i);
-        }
-    }
-#endif
-    if constexpr (!is_scalar<Arch>) {
-        using V = simd_float<Arch>;
-        constexpr std::size_t w = V::size;
-        const V t(top);
-        const V scale(per_unit);
-        const V last(rank_histogram::last);
-        alignas(64) std::int32_t placed[w];
-        for (; i + w <= n; i += w) {
-            const V d = (t - V::load_unaligned(x + i)) * scale;
-            xsimd::batch_cast<std::int32_t>(xsimd::select(d < last, d, last)).store_aligned(placed);
-            for (std::size_t l = 0; l < w; ++l) {
-                bucket[i + l] = static_cast<std::uint16_t>(placed[l]);
-            }
-        }
-    }
-    for (; i < n; ++i) {
-        bucket[i] = static_cast<std::uint16_t>(h.position(x[i]));
-    }
 }
 
 // The k-th token by rank (k from 1 to n) of n finite logits from `lowest` to `highest`, with k as

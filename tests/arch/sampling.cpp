@@ -346,6 +346,18 @@ TEST_CASE("rank selection passes: the tag's masses and positions equal generic's
                     wrong_buckets += total_only.bucket_of[i] == bucket_by_loop(i) ? 0 : 1;
                 }
                 CHECK(wrong_buckets == 0);
+                // add_masses_through on that histogram (top_k's prefix): the masses of the buckets
+                // through b as the histogram with masses holds them, the others 0.
+                for (const std::size_t b : {std::size_t{0}, std::size_t{40}, std::size_t{300}, std::size_t{1023}}) {
+                    CAPTURE(b);
+                    sd::rank_histogram through = total_only;
+                    sd::add_masses_through<tag>(through, e_ref.data(), n, b);
+                    std::size_t wrong_masses = 0;
+                    for (std::size_t j = 0; j < sd::rank_histogram::buckets; ++j) {
+                        wrong_masses += through.mass[j] == (j <= b ? histogram.mass[j] : sd::mass_t{0}) ? 0 : 1;
+                    }
+                    CHECK(wrong_masses == 0);
+                }
 
                 std::array<float, sd::rank_splits> thresholds;
                 for (std::size_t j = 0; j < sd::rank_splits; ++j) {
