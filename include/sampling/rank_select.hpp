@@ -570,6 +570,22 @@ inline void store_buckets(__m512 position, std::uint16_t* bucket) noexcept
 }
 #endif
 
+#if defined(__AVX2__)
+// The buckets of 16 values v[0 .. 16) in 16 bits each, as rank_histogram::position truncates
+// (top - v) * per_unit: the blend keeps d where d < last, else last (NaN too), and the packing
+// to 16 bits happens in registers.
+inline void store_buckets(const float* v, __m256 top, __m256 per_unit, std::uint16_t* bucket) noexcept
+{
+    const __m256 last = _mm256_set1_ps(rank_histogram::last);
+    const auto placed = [&](std::size_t at) {
+        const __m256 d = _mm256_mul_ps(_mm256_sub_ps(top, _mm256_loadu_ps(v + at)), per_unit);
+        return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ)));
+    };
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(0), placed(8)), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket), packed);
+}
+#endif
+
 // The bucket in h and the mass of values v[0 .. count) with weights e (count at most a builder's block).
 template <class Arch>
 void buckets_and_masses(const float* v, const float* e, std::size_t count, const rank_histogram& h, std::uint16_t* bucket,
@@ -596,11 +612,6 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
         using I = simd_int<Arch>;
         const __m256 t = _mm256_set1_ps(top);
         const __m256 scale = _mm256_set1_ps(h.per_unit);
-        const __m256 last = _mm256_set1_ps(rank_histogram::last);
-        const auto placed = [&](std::size_t at) {
-            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(t, _mm256_loadu_ps(v + at)), scale);
-            return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ)));
-        };
         const auto widen = [](__m128i high_limbs, __m128i low_limbs) {
             return _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepu32_epi64(high_limbs), 24), _mm256_cvtepu32_epi64(low_limbs));
         };
@@ -616,8 +627,7 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass + i + half + 4),
                                     widen(_mm256_extracti128_si256(high_limbs, 1), _mm256_extracti128_si256(low_limbs, 1)));
             }
-            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(i), placed(i + 8)), 0xd8);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), packed);
+            store_buckets(v + i, t, scale, bucket + i);
         }
     }
 #endif
@@ -679,15 +689,8 @@ void rank_positions(const float* x, std::size_t n, float top, float per_unit, ra
         // 16 at a time, packed to 16 bits in registers (the lanes below are stored one by one).
         const __m256 t = _mm256_set1_ps(top);
         const __m256 scale = _mm256_set1_ps(per_unit);
-        const __m256 last = _mm256_set1_ps(rank_histogram::last);
-        const auto placed = [&](std::size_t at) {
-            const __m256 d = _mm256_mul_ps(_mm256_sub_ps(t, _mm256_loadu_ps(x + at)), scale);
-            // d where d < last, else last (NaN too), as position() gives it
-            return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ)));
-        };
         for (; i + 16 <= n; i += 16) {
-            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(i), placed(i + 8)), 0xd8);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket + i), packed);
+            store_buckets(x + i, t, scale, bucket + i);
         }
     }
 #endif
