@@ -323,51 +323,71 @@ void exp_weights(const float* x, std::size_t n, float max, float* e, float& lowe
     }
 }
 
-// exp_weights and, in the same pass (block by block, while a block is in cache), typical's
-// moments of those weights (vocabulary_scan.hpp's typical_moments, the same lanes in the same
-// order): exp_mass_moments without the mass.
+// exp_moments in one loop, with the moments in vector registers (moment_registers or
+// avx2_moment_registers, given `register_max` holding max): the moments of each 16 elements are
+// added eight vectors of 16 after their weights. exp waits on its own latency, and the moments'
+// conversions fit in beside it once they do not wait on it too (added in the same vector as its
+// weights, they made the pass slower than two, on AVX-512).
+template <class Arch, class Registers, class Register>
+void exp_moments_lagged(const float* x, std::size_t n, float max, Register register_max, float* e, float& lowest, double& z,
+                        double& s) noexcept
+{
+    constexpr std::size_t lag = 128;
+    using V = simd_float<Arch>;
+    constexpr std::size_t w = V::size;
+    static_assert(sum_lanes % w == 0);
+    const V m(max);
+    V low(std::numeric_limits<float>::infinity());
+    moment_lanes lanes;
+    Registers sums(lanes);
+    std::size_t i = 0;
+    for (; i + sum_lanes <= n; i += sum_lanes) {
+        for (std::size_t g = 0; g < sum_lanes; g += w) {
+            const V v = V::load_unaligned(x + i + g);
+            low = xsimd::select(v < low, v, low); // NaN is never below
+            exp(v - m).store_unaligned(e + i + g);
+        }
+        if (i >= lag) {
+            sums.add(x + i - lag, e + i - lag, register_max);
+        }
+    }
+    sums.store(lanes);
+    alignas(64) float lane_lowest[w];
+    low.store_aligned(lane_lowest);
+    lowest = std::numeric_limits<float>::infinity();
+    for (const float l : lane_lowest) {
+        lowest = l < lowest ? l : lowest;
+    }
+    for (std::size_t j = i; j < n; ++j) {
+        lowest = x[j] < lowest ? x[j] : lowest;
+        e[j] = exp(x[j] - max);
+    }
+    const std::size_t from = i >= lag ? i - lag : 0;
+    add_typical_moments<Arch>(x + from, e + from, n - from, max, lanes);
+    finish_typical_moments(lanes, z, s);
+}
+
+// exp_weights and, in the same pass, typical's moments of those weights (vocabulary_scan.hpp's
+// typical_moments, the same lanes in the same order): exp_mass_moments without the mass.
 template <class Arch>
 void exp_moments(const float* x, std::size_t n, float max, float* e, float& lowest, double& z, double& s) noexcept
 {
-    constexpr std::size_t block = 1024; // a multiple of 16, so that every element keeps its lane
-    moment_lanes lanes;
-    lowest = std::numeric_limits<float>::infinity();
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
-        // One loop, the moments of each vector added eight vectors after its weights: exp waits
-        // on its own latency, and the moments' conversions fit in beside it once they do not wait
-        // on it too (added in the same vector as its weights, they made the pass slower than two).
-        constexpr std::size_t lag = 128;
-        using V = simd_float<Arch>;
-        const V m(max);
-        V low(lowest);
-        const __m512 mm = _mm512_set1_ps(max);
-        moment_registers sums(lanes);
-        std::size_t i = 0;
-        for (; i + sum_lanes <= n; i += sum_lanes) {
-            const V v = V::load_unaligned(x + i);
-            low = xsimd::select(v < low, v, low); // NaN is never below
-            exp(v - m).store_unaligned(e + i);
-            if (i >= lag) {
-                sums.add(x + i - lag, e + i - lag, mm);
-            }
-        }
-        sums.store(lanes);
-        alignas(64) float lane_lowest[sum_lanes];
-        low.store_aligned(lane_lowest);
-        for (const float l : lane_lowest) {
-            lowest = l < lowest ? l : lowest;
-        }
-        for (std::size_t j = i; j < n; ++j) {
-            lowest = x[j] < lowest ? x[j] : lowest;
-            e[j] = exp(x[j] - max);
-        }
-        const std::size_t from = i >= lag ? i - lag : 0;
-        add_typical_moments<Arch>(x + from, e + from, n - from, max, lanes);
-        finish_typical_moments(lanes, z, s);
+        exp_moments_lagged<Arch, moment_registers>(x, n, max, _mm512_set1_ps(max), e, lowest, z, s);
         return;
     }
 #endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        exp_moments_lagged<Arch, avx2_moment_registers>(x, n, max, _mm256_set1_ps(max), e, lowest, z, s);
+        return;
+    }
+#endif
+    // Block by block, while a block is in cache.
+    constexpr std::size_t block = 1024; // a multiple of 16, so that every element keeps its lane
+    moment_lanes lanes;
+    lowest = std::numeric_limits<float>::infinity();
     for (std::size_t begin = 0; begin < n; begin += block) {
         const std::size_t count = std::min(block, n - begin);
         float block_lowest = 0.0f;

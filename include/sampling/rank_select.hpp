@@ -571,18 +571,36 @@ inline void store_buckets(__m512 position, std::uint16_t* bucket) noexcept
 #endif
 
 #if defined(__AVX2__)
-// The buckets of 16 values v[0 .. 16) in 16 bits each, as rank_histogram::position truncates
-// (top - v) * per_unit: the blend keeps d where d < last, else last (NaN too), and the packing
-// to 16 bits happens in registers.
-inline void store_buckets(const float* v, __m256 top, __m256 per_unit, std::uint16_t* bucket) noexcept
+// floor(e 2^48) of 8 weights, mass_of's values, without AVX-512's conversions to 64 bits: the
+// floor of e 2^48 (exact) is an integer below 2^49, which a double holds, and whose bits are
+// those of 2^52 + it with 2^52's taken away.
+inline void store_masses(__m256 e, std::uint64_t* mass) noexcept
+{
+    const __m256 whole = _mm256_floor_ps(_mm256_mul_ps(e, _mm256_set1_ps(0x1.0p48f)));
+    const __m256d offset = _mm256_set1_pd(0x1.0p52);
+    const auto integer = [&](__m128 four) {
+        return _mm256_xor_si256(_mm256_castpd_si256(_mm256_add_pd(_mm256_cvtps_pd(four), offset)), _mm256_castpd_si256(offset));
+    };
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass), integer(_mm256_castps256_ps128(whole)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass + 4), integer(_mm256_extractf128_ps(whole, 1)));
+}
+
+// The buckets of 16 positions (8 in each vector), as rank_histogram::position truncates them, in
+// 16 bits each: the blend keeps a position below `last`, else last (NaN too), and the packing to
+// 16 bits happens in registers.
+inline void store_buckets(__m256 low_positions, __m256 high_positions, std::uint16_t* bucket) noexcept
 {
     const __m256 last = _mm256_set1_ps(rank_histogram::last);
-    const auto placed = [&](std::size_t at) {
-        const __m256 d = _mm256_mul_ps(_mm256_sub_ps(top, _mm256_loadu_ps(v + at)), per_unit);
-        return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ)));
-    };
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(0), placed(8)), 0xd8);
+    const auto placed = [&](__m256 d) { return _mm256_cvttps_epi32(_mm256_blendv_ps(last, d, _mm256_cmp_ps(d, last, _CMP_LT_OQ))); };
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(placed(low_positions), placed(high_positions)), 0xd8);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bucket), packed);
+}
+
+// The buckets of 16 values v[0 .. 16), at (top - v) * per_unit.
+inline void store_buckets(const float* v, __m256 top, __m256 per_unit, std::uint16_t* bucket) noexcept
+{
+    store_buckets(_mm256_mul_ps(_mm256_sub_ps(top, _mm256_loadu_ps(v)), per_unit), _mm256_mul_ps(_mm256_sub_ps(top, _mm256_loadu_ps(v + 8)), per_unit),
+                  bucket);
 }
 #endif
 
@@ -605,28 +623,14 @@ void buckets_and_masses(const float* v, const float* e, std::size_t count, const
 #endif
 #if defined(__AVX2__)
     if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
-        // The lanes below store each mass and bucket one by one: here the limbs widen to 64
+        // The lanes below store each mass and bucket one by one: here the masses convert to 64
         // bits and the buckets pack to 16 in registers (typical's keys' pass and top_p's weights'
         // pass on this tag: about a fifth of their time went to those stores).
-        using V = simd_float<Arch>;
-        using I = simd_int<Arch>;
         const __m256 t = _mm256_set1_ps(top);
         const __m256 scale = _mm256_set1_ps(h.per_unit);
-        const auto widen = [](__m128i high_limbs, __m128i low_limbs) {
-            return _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepu32_epi64(high_limbs), 24), _mm256_cvtepu32_epi64(low_limbs));
-        };
         for (; i + 16 <= count; i += 16) {
-            for (std::size_t half = 0; half < 16; half += 8) {
-                I high_limb;
-                I low_limb;
-                limbs(V::load_unaligned(e + i + half), high_limb, low_limb);
-                const __m256i high_limbs = high_limb;
-                const __m256i low_limbs = low_limb;
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass + i + half),
-                                    widen(_mm256_castsi256_si128(high_limbs), _mm256_castsi256_si128(low_limbs)));
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mass + i + half + 4),
-                                    widen(_mm256_extracti128_si256(high_limbs, 1), _mm256_extracti128_si256(low_limbs, 1)));
-            }
+            store_masses(_mm256_loadu_ps(e + i), mass + i);
+            store_masses(_mm256_loadu_ps(e + i + 8), mass + i + 8);
             store_buckets(v + i, t, scale, bucket + i);
         }
     }
@@ -1069,6 +1073,28 @@ template <class Arch>
                 store_masses(_mm512_loadu_ps(e + at), run_mass);
                 // (0 - key) per unit, as h.position(key) with top 0; the key is never NaN.
                 store_buckets(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), key), scale), bucket);
+            });
+        }
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        // The same loop in 256-bit registers. The position of key -|center - v| below top 0 is
+        // |center - v| per unit: NaN for a NaN logit, which store_buckets places last, as a
+        // NaN's key -inf.
+        const __m256 c = _mm256_set1_ps(center);
+        const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        const __m256 scale = _mm256_set1_ps(per_unit);
+        alignas(64) std::uint64_t run_masses[histogram_builder::run];
+        for (; done + histogram_builder::run <= n; done += histogram_builder::run) {
+            builder.add_run(run_masses, [&](std::size_t i, std::uint16_t* bucket, std::uint64_t* run_mass) {
+                const std::size_t at = done + i;
+                const auto position = [&](std::size_t half) {
+                    return _mm256_mul_ps(_mm256_and_ps(_mm256_sub_ps(c, _mm256_loadu_ps(x + at + half)), magnitude), scale);
+                };
+                store_masses(_mm256_loadu_ps(e + at), run_mass);
+                store_masses(_mm256_loadu_ps(e + at + 8), run_mass + 8);
+                store_buckets(position(0), position(8), bucket);
             });
         }
     }

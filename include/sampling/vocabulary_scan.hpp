@@ -658,6 +658,48 @@ struct moment_registers {
 };
 #endif
 
+#if defined(__AVX2__)
+// moment_lanes in eight vectors of 4 doubles, for AVX2: lanes 0 to 3, 4 to 7, 8 to 11 and 12 to
+// 15 of z, then of s. Through the lanes of xsimd's loop below, each of 16 elements was stored and
+// added to its lane one at a time: typical's weights' pass on this tag spent a tenth of its time
+// there.
+struct avx2_moment_registers {
+    __m256d z[4];
+    __m256d s[4];
+
+    explicit avx2_moment_registers(const moment_lanes& lanes) noexcept
+    {
+        for (std::size_t q = 0; q < 4; ++q) {
+            z[q] = _mm256_loadu_pd(lanes.z.data() + 4 * q);
+            s[q] = _mm256_loadu_pd(lanes.s.data() + 4 * q);
+        }
+    }
+
+    // Elements 0 to 15 of x and e (weights of x - max) into lanes 0 to 15, as moment_registers.
+    void add(const float* x, const float* e, __m256 max) noexcept
+    {
+        for (std::size_t half = 0; half < 2; ++half) {
+            const __m256 ev = _mm256_loadu_ps(e + 8 * half);
+            const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + 8 * half), max);
+            const __m256 weighs = _mm256_cmp_ps(ev, _mm256_setzero_ps(), _CMP_GT_OQ);
+            const __m256 product = _mm256_and_ps(weighs, _mm256_mul_ps(ev, d)); // +0 where e is 0
+            z[2 * half] = _mm256_add_pd(z[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(ev)));
+            z[2 * half + 1] = _mm256_add_pd(z[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1)));
+            s[2 * half] = _mm256_add_pd(s[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(product)));
+            s[2 * half + 1] = _mm256_add_pd(s[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(product, 1)));
+        }
+    }
+
+    void store(moment_lanes& lanes) const noexcept
+    {
+        for (std::size_t q = 0; q < 4; ++q) {
+            _mm256_storeu_pd(lanes.z.data() + 4 * q, z[q]);
+            _mm256_storeu_pd(lanes.s.data() + 4 * q, s[q]);
+        }
+    }
+};
+#endif
+
 template <class Arch>
 void add_typical_moments(const float* x, const float* e, std::size_t n, float max, moment_lanes& lanes) noexcept
 {
@@ -668,6 +710,16 @@ void add_typical_moments(const float* x, const float* e, std::size_t n, float ma
     if constexpr (std::is_base_of_v<xsimd::avx512f, simd_of<Arch>>) {
         const __m512 m = _mm512_set1_ps(max);
         moment_registers sums(lanes);
+        for (; i + sum_lanes <= n; i += sum_lanes) {
+            sums.add(x + i, e + i, m);
+        }
+        sums.store(lanes);
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, simd_of<Arch>>) {
+        const __m256 m = _mm256_set1_ps(max);
+        avx2_moment_registers sums(lanes);
         for (; i + sum_lanes <= n; i += sum_lanes) {
             sums.add(x + i, e + i, m);
         }
