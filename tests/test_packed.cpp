@@ -61,7 +61,7 @@ void check_packed_gemm_equals_dot()
         pools.push_back(std::make_unique<thread_pool>(threads));
     }
     std::vector<std::uint8_t> scratch;
-    // 83 and 147 rows (6 and 10 tiles): runs of tiles per task that the IQ4_NL mat-vec on the
+    // 83 and 147 rows (6 and 10 tiles): runs of tiles per task that the mat-vec on the
     // AVX-512 VNNI tags reads in pairs, the partial last tile second in a pair or left alone.
     for (std::size_t rows : {1u, 15u, 16u, 17u, 40u, 83u, 129u, 147u}) {
         // 1, 3 and 5 blocks a row: a lone partial unit, then whole units and a partial one (units

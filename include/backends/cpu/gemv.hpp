@@ -158,23 +158,20 @@ void run_row_chunks(std::size_t rows, backend::cpu::thread_pool& pool, Task&& ro
     });
 }
 
-// Mat-vecs whose tasks read their rows as two streams: rows i of the task's first and second
-// halves in turn. Two streams per thread come from memory faster than one on Zen 5 (the packed
-// tiles of IQ4_NL and NVFP4 pair for the same reason, packed_gemm.hpp). 14336 x 4096 from memory
-// against rows in order, both on copies allocated in turn, 6 runs of 15-41 shuffled rounds
-// (medians of the runs' medians): Q8_0 1.09 at one thread, 1.06 at two (avx2 tag: 1.16-1.25);
-// MXFP4 1.08 and 1.06; IQ4_NL 1.03 and 1.05 (0.89-1.11 by run); NVFP4 0.98 and 0.99, IQ4_XS
-// 0.95 and 0.97, which keep their rows in order. With several columns each row is read once
-// for all of them, from cache after the first, and order does not matter.
-template <class Block>
-inline constexpr bool pairs_rows_in_gemv =
-    std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_mxfp4> || std::is_same_v<Block, block_iq4_nl>;
-
-// Calls row(r) once for each r in [begin, end), in two streams where pairs_rows_in_gemv says so.
-template <class Block, class Row>
+// A mat-vec's task reads its rows as two streams: rows i of its first and second halves in
+// turn. Two streams per thread come from memory faster than one, by how much depends on the core.
+// 14336 x 4096 from memory against rows in order, both on copies allocated in turn: on Zen 5 (6
+// runs of 15-41 shuffled rounds, medians of the runs' medians) Q8_0 1.09 at one thread, 1.06 at
+// two (avx2 tag: 1.16-1.25), MXFP4 1.08 and 1.06, IQ4_NL 1.03 and 1.05, but NVFP4 0.98 and 0.99
+// and IQ4_XS 0.95 and 0.97; on an Intel Xeon with AVX-512 (family 6 model 167, two runs of
+// qkern_bench's paired fraction) NVFP4 0.72-0.74 -> 0.92-0.94 at one thread and 0.78-0.82 ->
+// 0.77-0.85 at two, IQ4_XS 0.71-0.72 -> 0.95 and 0.69-0.73 -> 0.82-0.90. So every format pairs.
+// With several columns each row is read once for all of them, from cache after the first, and
+// order does not matter.
+template <class Row>
 void for_each_row(std::size_t begin, std::size_t end, std::size_t columns, Row&& row)
 {
-    if (pairs_rows_in_gemv<Block> && columns == 1) {
+    if (columns == 1) {
         const std::size_t half = (end - begin + 1) / 2;
         for (std::size_t r = begin; r < begin + half; ++r) {
             row(r);
@@ -206,7 +203,7 @@ void gemm_split(const Block* w, const gemm_shape& shape, float* y, backend::cpu:
         split::lay_out(quantized, laid_out + c * split_bytes);
     }
     run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
-        for_each_row<Block>(begin, end, shape.columns, [&](std::size_t r) {
+        for_each_row(begin, end, shape.columns, [&](std::size_t r) {
             const Block* row = w + r * blocks;
             for (std::size_t c = 0; c < shape.columns; ++c) {
                 const split activations{scratch + c * activation_blocks, laid_out + c * split_bytes};
@@ -238,7 +235,7 @@ void gemm_on(const Block* w, const gemm_shape& shape, std::span<const float> x, 
         }
     }
     run_row_chunks(shape.rows, pool, [&](std::size_t begin, std::size_t end) {
-        for_each_row<Block>(begin, end, shape.columns, [&](std::size_t r) {
+        for_each_row(begin, end, shape.columns, [&](std::size_t r) {
             // The row stays in L1 while every column uses it: weights are read from memory once.
             const Block* row = w + r * shape.blocks_per_row;
             for (std::size_t c = 0; c < shape.columns; ++c) {

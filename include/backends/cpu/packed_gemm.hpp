@@ -31,16 +31,17 @@ namespace detail {
 inline constexpr std::size_t tiles_per_sweep = 4;
 
 // Whether a mat-vec on the tag reads two tiles at once (kernels::tile_pair_product), two memory
-// streams per thread: IQ4_NL and NVFP4 on the AVX-512 VNNI kernels. Their units (two blocks and
-// a line of scales, one block of two groups and a line of scales: nine lines) stream slower from
-// memory than the seventeen-line units of MXFP4 and Q8_0; MXFP4 repacked into nine-line units lost
-// 15-18% the same way. In 14336 x 4096 mat-vecs from memory on Zen 5, same buffers, pairing on
-// and off in shuffled rounds (medians of 9-15 rounds, 2-4 runs), IQ4_NL read 5-11% faster at one
-// thread and 4-17% at two, NVFP4 8-15% and 8-12%; MXFP4 lost 1-8% at one thread (-4% to +3% at
-// two), and IQ4_XS and Q8_0 moved both ways by 3-7%.
+// streams per thread: every format on the AVX-512 VNNI kernels (the other tags have no pair
+// kernel). On Zen 5 (14336 x 4096 from memory, same buffers, pairing on and off in shuffled
+// rounds, medians of 9-15 rounds, 2-4 runs) IQ4_NL read 5-11% faster at one thread and 4-17% at
+// two, NVFP4 8-15% and 8-12%, while MXFP4 lost 1-8% at one thread (-4% to +3% at two) and IQ4_XS
+// and Q8_0 moved both ways by 3-7%. On an Intel Xeon with AVX-512 (family 6 model 167, two runs
+// of qkern_bench's paired fraction, old and new binaries in turn) MXFP4 went from 0.64-0.67 to
+// 0.95-0.99 at one thread and from 0.61-0.62 to 0.77-0.90 at two, IQ4_XS from 0.80-0.81 to
+// 0.91-0.92 and from 0.62-0.73 to 0.79-0.92, Q8_0 from 0.96-0.97 to 0.98-1.01 and from 0.81-0.86
+// to 0.90: a few percent lost on one core against up to half again on the other.
 template <class Block, class Arch>
-inline constexpr bool pairs_tiles_in_gemv =
-    (std::is_same_v<Block, block_iq4_nl> || std::is_same_v<Block, block_nvfp4>) && std::is_base_of_v<arch::avx512vnni, Arch>;
+inline constexpr bool pairs_tiles_in_gemv = std::is_base_of_v<arch::avx512vnni, Arch>;
 
 template <weight_format Block, class Arch>
 void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
