@@ -1,11 +1,13 @@
 // Prompt-processing products: Y = W·X for 4096 x 4096 and 14336 x 4096 weights and 128 or 512
 // activation columns, per weight format, on 1 and 2 threads: qk::gemm on the GGUF rows (one
 // qk::dot per output value, dispatched tag), the CPU context's gemm on its own copy of the weights
-// (packed tiles where the CPU has tile kernels), and qk::gemm on packed weights on every tag with
-// tile kernels that the machine runs. Reported: GFLOP/s (2 per multiply-add) and `peak_fraction`,
-// the rate of int8 multiply-adds over the peak of the instruction the tag multiplies with
-// (independent vpdpbusd chains with VNNI, vpmaddubsw otherwise), measured first on one core, times
-// the threads.
+// (packed tiles where the CPU has tile kernels; the AMX kernels for these column counts where the
+// process may use them), qk::gemm on packed weights on every tag with tile kernels that the
+// machine runs, on the tag's own kernels, and where AMX is usable the packed product on the AMX
+// kernels (packed/amx). Reported: GFLOP/s (2 per multiply-add) and `peak_fraction`, the rate of
+// int8 multiply-adds over the peak of the instruction the kernels multiply with (independent
+// tdpbssd tiles of 16 x 16 x 64 on AMX, vpdpbusd chains with VNNI, vpmaddubsw otherwise),
+// measured first on one core, times the threads.
 #include <benchmark/benchmark.h>
 
 #include <qkern.hpp>
@@ -118,11 +120,43 @@ constexpr std::size_t cols = 4096;
     return seconds;
 }
 
+#if defined(__x86_64__)
+// tdpbssd on four independent accumulator tiles of 16 x 16 int32, each from 16 x 64 int8 by
+// 64 x 16 int8 (16384 multiply-adds), the largest shape the tile unit takes. Needs
+// qk::amx_usable().
+[[gnu::noinline]] QK_TARGET_AMX double tdpbssd_seconds(long iterations)
+{
+    struct alignas(64) {
+        std::uint8_t palette = 1;
+        std::uint8_t start_row = 0;
+        std::uint8_t reserved[14] = {};
+        std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+        std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+    } config;
+    alignas(64) static std::int8_t operand[16 * 64];
+    const long stride = 64;
+    __asm__ volatile("ldtilecfg %0" : : "m"(config));
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5\n\ttileloadd (%0,%1,1), %%tmm6\n\t"
+                     "tileloadd (%0,%1,1), %%tmm7\n\ttilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3"
+                     :
+                     : "r"(operand), "r"(stride)
+                     : "memory");
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < iterations; ++i) {
+        __asm__ volatile("tdpbssd %%tmm6, %%tmm4, %%tmm0\n\ttdpbssd %%tmm6, %%tmm5, %%tmm1\n\ttdpbssd %%tmm7, %%tmm4, %%tmm2\n\t"
+                         "tdpbssd %%tmm7, %%tmm5, %%tmm3" ::
+                             : "memory");
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    __asm__ volatile("tilerelease" ::: "memory");
+    return seconds;
+}
+#endif
+
 // Multiply-adds per second of one core, the best of five runs.
 template <class Measure>
-double best_rate(Measure measure, double per_iteration)
+double best_rate(Measure measure, double per_iteration, long iterations = 20'000'000)
 {
-    constexpr long iterations = 20'000'000;
     double best = 1e30;
     for (int run = 0; run < 5; ++run) {
         best = std::min(best, measure(iterations));
@@ -154,6 +188,25 @@ double int8_peak()
 double dispatched_int8_peak()
 {
     return qk::dispatch([]<class Tag>(Tag) { return int8_peak<Tag>(); });
+}
+
+// The AMX tile unit's int8 multiply-add peak of one core; 0 where the process may not use it.
+double amx_peak()
+{
+#if QK_HAS_X86_KERNELS && defined(__x86_64__)
+    if (qk::amx_usable()) {
+        static const double peak = best_rate(tdpbssd_seconds, 4.0 * 16 * 16 * 64, 1'000'000);
+        return peak;
+    }
+#endif
+    return 0.0;
+}
+
+// Whether the packed product of this many columns runs on the AMX kernels (packed_gemm.hpp).
+bool runs_amx(std::size_t columns)
+{
+    const bool vnni = qk::dispatch([]<class Tag>(Tag) { return std::is_base_of_v<qk::arch::avx512vnni, Tag>; });
+    return vnni && qk::kernels::has_amx_kernels && columns >= qk::detail::amx_min_columns && qk::amx_usable();
 }
 
 template <class Block>
@@ -202,9 +255,10 @@ void gemm_context(benchmark::State& state)
     const auto rows = static_cast<std::size_t>(state.range(0));
     const auto columns = static_cast<std::size_t>(state.range(1));
     const auto threads = static_cast<std::size_t>(state.range(2));
-    const double peak = dispatched_int8_peak();
     qk::backend::cpu::context context(threads);
     const auto m = context.upload<Block>(weights<Block>(rows), rows, cols);
+    const bool amx = m.is_packed() && runs_amx(columns);
+    const double peak = amx ? amx_peak() : dispatched_int8_peak();
     const auto x = qk_inputs::normal(columns * cols, 1.0f, 3);
     std::vector<float> y(rows * columns);
     context.gemm(m, columns, x, y); // the scratch grows once
@@ -214,26 +268,27 @@ void gemm_context(benchmark::State& state)
         benchmark::DoNotOptimize(y.data());
     }
     report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), peak);
-    state.SetLabel(m.is_packed() ? "packed" : "plain rows");
+    state.SetLabel(m.is_packed() ? (amx ? "packed, AMX" : "packed") : "plain rows");
 }
 
-// qk::gemm on packed weights on one tag (every tag with tile kernels that the machine runs).
-template <class Block, class Tag>
+// qk::gemm on packed weights on one tag (every tag with tile kernels that the machine runs), on
+// the tag's own kernels (Amx false) or, where the process may use them, the AMX kernels.
+template <class Block, class Tag, bool Amx>
 void gemm_packed(benchmark::State& state)
 {
     const auto rows = static_cast<std::size_t>(state.range(0));
     const auto columns = static_cast<std::size_t>(state.range(1));
     const auto threads = static_cast<std::size_t>(state.range(2));
-    const double peak = int8_peak<Tag>();
+    const double peak = Amx ? amx_peak() : int8_peak<Tag>();
     const qk::packed_matrix<Block> m(weights<Block>(rows), rows, cols);
     thread_pool pool(threads);
     const auto x = qk_inputs::normal(columns * cols, 1.0f, 3);
     std::vector<float> y(rows * columns);
     std::vector<std::uint8_t> scratch;
-    qk::gemm<Block, Tag>(m, columns, x, y, pool, scratch);
+    qk::detail::packed_gemm_on<Block, Tag>(m, columns, x, y.data(), pool, scratch, Amx);
     const auto start = std::chrono::steady_clock::now();
     for (auto _ : state) {
-        qk::gemm<Block, Tag>(m, columns, x, y, pool, scratch);
+        qk::detail::packed_gemm_on<Block, Tag>(m, columns, x, y.data(), pool, scratch, Amx);
         benchmark::DoNotOptimize(y.data());
     }
     report(state, rows, columns, threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), peak);
@@ -255,10 +310,15 @@ void register_gemm()
     qk::arch::all::for_each([&]<class Tag>(Tag) {
         if constexpr (qk::kernels::has_tile_kernels<Tag>) {
             if (qk::runs<Tag>(qk::running_cpu())) {
-                shapes(benchmark::RegisterBenchmark(("gemm/" + name + "/packed/" + qk::arch::name<Tag>()).c_str(), gemm_packed<Block, Tag>));
+                shapes(benchmark::RegisterBenchmark(("gemm/" + name + "/packed/" + qk::arch::name<Tag>()).c_str(), gemm_packed<Block, Tag, false>));
             }
         }
     });
+    if (runs_amx(qk::detail::amx_min_columns)) {
+        qk::dispatch([&]<class Tag>(Tag) {
+            shapes(benchmark::RegisterBenchmark(("gemm/" + name + "/packed/amx").c_str(), gemm_packed<Block, Tag, true>));
+        });
+    }
 }
 
 [[maybe_unused]] const bool registered = [] {

@@ -94,50 +94,59 @@ void check_packed_gemm_equals_dot()
 } // namespace
 
 // The panel's layout as packed.hpp documents it, field by field: per set of up to eight columns
-// and group of 32 values, qs, scale, the correction of all 32 qs and that of the first 16 (which
-// the AVX-512 NVFP4 tile kernel reads for its sub-blocks), for both activation formats.
+// (or, for the AMX kernels, of 16 with the last set padded with zero columns) and group of 32
+// values, qs, scale, the correction of all 32 qs and that of the first 16 (which the AVX-512
+// NVFP4 tile kernel reads for its sub-blocks), for both activation formats.
 TEST_CASE_TEMPLATE("pack_panel lays out qs, scale and both corrections as documented", Activation, qk::block_q8_0, qk::block_q8_K)
 {
     constexpr std::size_t groups_per_block = qk::format_traits<Activation>::block_size / 32;
     const std::size_t blocks = std::is_same_v<Activation, qk::block_q8_0> ? 3 : 1;
     const std::size_t groups = blocks * groups_per_block;
-    for (std::size_t columns : {1u, 8u, 11u}) {
-        const auto a = qk_inputs::random_blocks<Activation>(blocks * columns, static_cast<std::uint32_t>(40 + columns));
-        std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, columns));
-        qk::pack_panel(a.data(), blocks, columns, panel.data());
-        for (std::size_t column = 0; column < columns; ++column) {
-            const std::size_t c0 = column - column % qk::packed_panel_columns;
-            const std::size_t n = std::min(qk::packed_panel_columns, columns - c0);
-            const std::size_t c = column - c0;
-            for (std::size_t g = 0; g < groups; ++g) {
-                const Activation& block = a[column * blocks + g / groups_per_block];
-                const std::int8_t* qs = block.qs.data() + 32 * (g % groups_per_block);
-                float scale;
-                if constexpr (std::is_same_v<Activation, qk::block_q8_0>) {
-                    scale = qk::fp16_to_fp32(block.d);
-                } else {
-                    scale = block.d;
+    for (const bool pad : {false, true}) {
+        const std::size_t set_columns = pad ? qk::kernels::amx_set_columns : qk::packed_panel_columns;
+        for (std::size_t columns : {1u, 8u, 11u, 16u, 21u}) {
+            const auto a = qk_inputs::random_blocks<Activation>(blocks * columns, static_cast<std::uint32_t>(40 + columns));
+            const std::size_t panel_columns = pad ? (columns + set_columns - 1) / set_columns * set_columns : columns;
+            std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, panel_columns), 0xa5);
+            qk::pack_panel(a.data(), blocks, columns, panel.data(), set_columns, pad);
+            for (std::size_t column = 0; column < panel_columns; ++column) {
+                const std::size_t c0 = column - column % set_columns;
+                const std::size_t n = pad ? set_columns : std::min(set_columns, columns - c0);
+                const std::size_t c = column - c0;
+                for (std::size_t g = 0; g < groups; ++g) {
+                    std::int8_t qs[32] = {};
+                    float scale = 0.0f;
+                    if (column < columns) {
+                        const Activation& block = a[column * blocks + g / groups_per_block];
+                        std::memcpy(qs, block.qs.data() + 32 * (g % groups_per_block), 32);
+                        if constexpr (std::is_same_v<Activation, qk::block_q8_0>) {
+                            scale = qk::fp16_to_fp32(block.d);
+                        } else {
+                            scale = block.d;
+                        }
+                    }
+                    std::int32_t all = 0;
+                    std::int32_t first = 0;
+                    for (std::size_t j = 0; j < 32; ++j) {
+                        all += qs[j];
+                        first += j < 16 ? qs[j] : 0;
+                    }
+                    const std::uint8_t* entry = panel.data() + c0 * groups * qk::packed_entry_bytes + g * n * qk::packed_entry_bytes;
+                    float stored_scale;
+                    std::int32_t stored_all;
+                    std::int32_t stored_first;
+                    std::memcpy(&stored_scale, entry + 32 * n + 4 * c, 4);
+                    std::memcpy(&stored_all, entry + 36 * n + 4 * c, 4);
+                    std::memcpy(&stored_first, entry + 40 * n + 4 * c, 4);
+                    CAPTURE(pad);
+                    CAPTURE(columns);
+                    CAPTURE(column);
+                    CAPTURE(g);
+                    CHECK(std::memcmp(entry + 32 * c, qs, 32) == 0);
+                    CHECK(bits(stored_scale) == bits(scale));
+                    CHECK(stored_all == -128 * all);
+                    CHECK(stored_first == -128 * first);
                 }
-                std::int32_t all = 0;
-                std::int32_t first = 0;
-                for (std::size_t j = 0; j < 32; ++j) {
-                    all += qs[j];
-                    first += j < 16 ? qs[j] : 0;
-                }
-                const std::uint8_t* entry = panel.data() + c0 * groups * qk::packed_entry_bytes + g * n * qk::packed_entry_bytes;
-                float stored_scale;
-                std::int32_t stored_all;
-                std::int32_t stored_first;
-                std::memcpy(&stored_scale, entry + 32 * n + 4 * c, 4);
-                std::memcpy(&stored_all, entry + 36 * n + 4 * c, 4);
-                std::memcpy(&stored_first, entry + 40 * n + 4 * c, 4);
-                CAPTURE(columns);
-                CAPTURE(column);
-                CAPTURE(g);
-                CHECK(std::memcmp(entry + 32 * c, qs, 32) == 0);
-                CHECK(bits(stored_scale) == bits(scale));
-                CHECK(stored_all == -128 * all);
-                CHECK(stored_first == -128 * first);
             }
         }
     }
@@ -286,6 +295,46 @@ TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of 
     SUBCASE("default tag") { check_packed_gemm_equals_dot<Block, qk::arch::default_tag>(); }
 }
 TEST_CASE_TEMPLATE_APPLY(packed_gemm_equals_dot, qk::weight_formats::tuple);
+
+// The AMX kernels (kernels/packed/amx.hpp) and the VNNI ones for the same products, through the
+// driver with AMX allowed and not: both equal the generic qk::dot bit for bit. Shapes cross the
+// AMX kernels' edges: 16-column sets and a padded last one, runs of 128 columns, chunks of 16
+// code groups (24 groups a row: a whole chunk and a partial one; NVFP4 steps over sub-blocks),
+// partial last tiles, 1..3 threads. Where the process may not use AMX (qk::amx_usable), both
+// runs take the tag's own kernels, and the message says so.
+TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights with and without AMX equals the generic qk::dot, bit for bit", Block, packed_gemm_amx)
+{
+    MESSAGE(std::string(qk::amx_usable() ? "AMX runs here" : "AMX is not usable here: both runs take the tag's kernels"));
+    constexpr std::size_t size = qk::format_traits<Block>::block_size;
+    std::vector<std::unique_ptr<thread_pool>> pools;
+    for (std::size_t threads : {1u, 2u, 3u}) {
+        pools.push_back(std::make_unique<thread_pool>(threads));
+    }
+    std::vector<std::uint8_t> scratch;
+    for (std::size_t rows : {1u, 17u, 40u, 147u}) {
+        for (std::size_t cols : {size, std::size_t{768}}) {
+            const auto w = qk_inputs::random_blocks<Block>(rows * cols / size, static_cast<std::uint32_t>(rows * 17 + cols));
+            const qk::packed_matrix<Block> packed(w, rows, cols);
+            for (std::size_t columns : {15u, 16u, 17u, 33u, 130u}) {
+                CAPTURE(rows);
+                CAPTURE(cols);
+                CAPTURE(columns);
+                const auto x = normal(columns * cols, 1.0f, static_cast<std::uint32_t>(rows + 5 * cols + 1000 * columns));
+                const auto expected = dot_per_value<Block>(w, rows, cols, columns, x);
+                for (const bool amx : {false, true}) {
+                    for (const auto& pool : pools) {
+                        CAPTURE(amx);
+                        CAPTURE(pool->size());
+                        std::vector<float> y(rows * columns, std::bit_cast<float>(unwritten_bits));
+                        qk::detail::packed_gemm_on<Block, qk::arch::native>(packed, columns, x, y.data(), *pool, scratch, amx);
+                        CHECK(bit_differences(y, expected) == 0);
+                    }
+                }
+            }
+        }
+    }
+}
+TEST_CASE_TEMPLATE_APPLY(packed_gemm_amx, qk::weight_formats::tuple);
 
 TEST_CASE_TEMPLATE_DEFINE("packed gemm rejects bad shapes with a qk::error naming the values, y untouched", Block, packed_gemm_rejects)
 {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string_view>
 
 #include "arch.hpp"
@@ -13,6 +14,10 @@
 #endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace qk {
@@ -30,6 +35,7 @@ struct cpu_features {
     bool avx512vl = false;
     bool avx512vnni = false;
     bool avx512vbmi = false;
+    bool amx_int8 = false; // AMX-TILE and AMX-INT8, with the OS saving tile state (Linux asks also a permission: amx_usable)
     bool neon64 = false;
     bool dotprod = false;
 };
@@ -67,6 +73,8 @@ struct cpu_features {
         f.avx512vl = f.avx512f && ((b >> 31) & 1);
         f.avx512vnni = f.avx512f && ((c >> 11) & 1);
         f.avx512vbmi = f.avx512f && ((c >> 1) & 1);
+        const bool tiles_saved = (xcr0 & 0x60000) == 0x60000; // XTILECFG and XTILEDATA
+        f.amx_int8 = tiles_saved && ((d >> 24) & 1) && ((d >> 25) & 1);
     }
 #elif defined(__aarch64__)
     f.neon64 = true;
@@ -120,6 +128,35 @@ constexpr void for_each_runnable(const cpu_features& cpu, F&& f)
     bool result = false;
     arch::all::visit(tag_name, [&]<class Tag>(Tag) { result = runs<Tag>(cpu); });
     return result;
+}
+
+// Whether this process may run the AMX tile kernels (kernels/packed/amx.hpp): the CPU has AMX-INT8
+// with AVX-512 VNNI and the OS saves tile state, and, on Linux, which hands tile state out per
+// process, the kernel granted it (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, asked once; a
+// tile instruction without it is SIGILL). Other systems: false. Tests may stop all AMX use by
+// setting QKERN_AMX=0 in the environment before the first call.
+[[nodiscard]] inline bool amx_usable() noexcept
+{
+    static const bool usable = [] {
+#if defined(__x86_64__) && defined(__linux__)
+        const cpu_features f = detect_cpu_features();
+        if (!f.amx_int8 || !runs<arch::avx512vnni>(f)) {
+            return false;
+        }
+        if (const char* setting = std::getenv("QKERN_AMX"); setting != nullptr && std::string_view(setting) == "0") {
+            return false;
+        }
+        constexpr long arch_get_xcomp_perm = 0x1022;
+        constexpr long arch_req_xcomp_perm = 0x1023;
+        constexpr long xfeature_xtiledata = 18;
+        unsigned long permitted = 0;
+        return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0 &&
+               syscall(SYS_arch_prctl, arch_get_xcomp_perm, &permitted) == 0 && (permitted >> xfeature_xtiledata & 1) != 0;
+#else
+        return false;
+#endif
+    }();
+    return usable;
 }
 
 } // namespace qk

@@ -391,17 +391,21 @@ inline panel_group activation_group(const block_q8_K* row, std::size_t g) noexce
 
 // Fills a panel from `columns` rows of activation blocks (column c at a + c * blocks, each of
 // `blocks` blocks, as qk::quantize writes them). panel must hold packed_panel_bytes(groups,
-// columns) bytes, groups = blocks * values per block / 32.
+// columns) bytes, groups = blocks * values per block / 32. The AMX kernels (packed/amx.hpp) take
+// sets of 16 columns instead (set_columns), the last one padded to 16 with zero columns (all
+// fields zero; pad), the panel then packed_panel_bytes(groups, columns rounded up to 16) bytes.
 template <class Activation>
-void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, std::uint8_t* panel) noexcept
+void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, std::uint8_t* panel,
+                std::size_t set_columns = packed_panel_columns, bool pad = false) noexcept
 {
     const std::size_t groups = blocks * format_traits<Activation>::block_size / 32;
-    for (std::size_t c0 = 0; c0 < columns; c0 += packed_panel_columns) {
-        const std::size_t n = std::min(packed_panel_columns, columns - c0);
+    for (std::size_t c0 = 0; c0 < columns; c0 += set_columns) {
+        const std::size_t used = std::min(set_columns, columns - c0);
+        const std::size_t n = pad ? set_columns : used;
         std::uint8_t* set = panel + c0 * groups * packed_entry_bytes;
         const std::size_t stride = n * packed_entry_bytes;
         for (std::size_t c = 0; c < n; ++c) {
-            const Activation* row = a + (c0 + c) * blocks;
+            const Activation* row = c < used ? a + (c0 + c) * blocks : nullptr;
             // Offsets rather than one moving pointer: g++ 12's -O2 on AVX-512 targets
             // (induction-variable optimisation) sent the stores astray with the latter.
             const std::size_t qs_at = 32 * c;
@@ -409,7 +413,8 @@ void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, st
             const std::size_t correction_at = 36 * n + 4 * c;
             const std::size_t first_half_at = 40 * n + 4 * c;
             for (std::size_t g = 0; g < groups; ++g) {
-                const detail::panel_group group = detail::activation_group(row, g);
+                constexpr std::int8_t zeros[32] = {};
+                const detail::panel_group group = c < used ? detail::activation_group(row, g) : detail::panel_group{zeros, 0.0f, 0, 0};
                 std::memcpy(set + g * stride + qs_at, group.qs, 32);
                 std::memcpy(set + g * stride + scale_at, &group.scale, 4);
                 std::memcpy(set + g * stride + correction_at, &group.correction, 4);

@@ -11,6 +11,8 @@
 #define QK_TARGET_AVX512BW __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define QK_TARGET_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")))
 #define QK_TARGET_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi2")))
+// The AMX tile kernel (packed/amx.hpp): AVX-512 VNNI's set and the int8 tile instructions.
+#define QK_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c,bmi2,amx-tile,amx-int8")))
 #else
 #define QK_HAS_X86_KERNELS 0
 #endif

@@ -15,6 +15,7 @@
 #include "packed/generic.hpp"
 #include "packed/sse4_2.hpp"
 #include "packed/avx2.hpp"
+#include "packed/amx.hpp"
 #include "packed/avx512vnni.hpp"
 #include "packed/neon64.hpp"
 

@@ -119,6 +119,22 @@ template <class Arch, class Block, std::size_t N>
     }
 }
 
+// acc[c] += (d_w * d_a) * sum[c] for an NVFP4 sub-block (its UE4M3 scales: 16 bytes at
+// scales), the reference's float steps; sum[c] holds the sub-block's exact integer sums.
+template <class Arch, std::size_t N>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void add_nvfp4_sub_block(const __m512i (&sum)[N], const std::uint8_t* entries,
+                                                                            const std::uint8_t* scales, __m512 (&acc)[N]) noexcept
+{
+    // ue4m3_half_table's values: the conversion gives them over 128, and times 128 is exact.
+    const __m512 dw =
+        _mm512_mul_ps(avx512_detail::ue4m3_half16_div128<Arch>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))), _mm512_set1_ps(128.0f));
+#pragma GCC unroll 16
+    for (std::size_t c = 0; c < N; ++c) {
+        const __m512 d = _mm512_mul_ps(dw, broadcast_float<Arch>(entries + 32 * N + 4 * c));
+        acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), _mm512_cvtepi32_ps(sum[c]))));
+    }
+}
+
 // One NVFP4 code group against the N columns of a set: sub-block 2g (vectors 0 and 1), then
 // 2g + 1 (vectors 2 and 3), each flushed with its UE4M3 scales (16 bytes at scales + 16i).
 template <class Arch, std::size_t N>
@@ -138,15 +154,12 @@ template <class Arch, std::size_t N>
             odd_sum[c] = _mm512_setzero_si512();
         }
         multiply_pairs<Arch, block_nvfp4, N>(codes, entries, 2 * i, 2 * i + 2, table, even_sum, odd_sum);
-        // ue4m3_half_table's values: the conversion gives them over 128, and times 128 is exact.
-        const __m512 dw = _mm512_mul_ps(avx512_detail::ue4m3_half16_div128<Arch>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * i))),
-                                        _mm512_set1_ps(128.0f));
+        __m512i sum[N];
 #pragma GCC unroll 8
         for (std::size_t c = 0; c < N; ++c) {
-            const __m512 d = _mm512_mul_ps(dw, broadcast_float<Arch>(entries + 32 * N + 4 * c));
-            const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
-            acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+            sum[c] = _mm512_add_epi32(even_sum[c], odd_sum[c]);
         }
+        add_nvfp4_sub_block<Arch, N>(sum, entries, scales + 16 * i, acc);
     }
 }
 
@@ -179,6 +192,35 @@ template <class Arch, class Block>
     }
 }
 
+// acc[c] += (d_w * d_a) * sum[c] for code group g of a block (not NVFP4: add_nvfp4_sub_block),
+// the reference's float steps lane by lane; sum[c] holds the group's exact integer sums, dw the
+// block's weight scales (block_scales).
+template <class Arch, class Block, std::size_t N>
+[[gnu::always_inline]] QK_TARGET_AVX512VNNI inline void add_group(const __m512i (&sum)[N], const std::uint8_t* entries, const std::uint8_t* scales,
+                                                                  std::size_t g, __m512 dw, __m512 (&acc)[N]) noexcept
+{
+    __m512 ls = _mm512_setzero_ps();
+    if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+        ls = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
+    } else {
+        (void)scales;
+        (void)g;
+    }
+#pragma GCC unroll 16
+    for (std::size_t c = 0; c < N; ++c) {
+        const __m512 da = broadcast_float<Arch>(entries + 32 * N + 4 * c);
+        __m512 d;
+        if constexpr (std::is_same_v<Block, block_mxfp4>) {
+            d = _mm512_scalef_ps(da, dw);
+        } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
+            d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
+        } else {
+            d = _mm512_mul_ps(dw, da);
+        }
+        acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), _mm512_cvtepi32_ps(sum[c]))));
+    }
+}
+
 // Code group g of a block (codes: its bytes; scales: the block's) against the N columns of a set
 // (entries: the group's), added to acc. Each column keeps two int32 accumulators per group (even
 // and odd vectors), so that 2N independent vpdpbusd chains cover the instruction's latency; the
@@ -200,24 +242,12 @@ template <class Arch, class Block, std::size_t N>
         odd_sum[c] = _mm512_setzero_si512();
     }
     multiply_pairs<Arch, Block, N>(codes, entries, 0, 4, table, even_sum, odd_sum);
-    __m512 ls = _mm512_setzero_ps();
-    if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-        ls = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 32 + 16 * g))));
-    }
+    __m512i sum[N];
 #pragma GCC unroll 8
     for (std::size_t c = 0; c < N; ++c) {
-        const __m512 da = broadcast_float<Arch>(entries + 32 * N + 4 * c);
-        __m512 d;
-        if constexpr (std::is_same_v<Block, block_mxfp4>) {
-            d = _mm512_scalef_ps(da, dw);
-        } else if constexpr (std::is_same_v<Block, block_iq4_xs>) {
-            d = _mm512_mul_ps(rounded<Arch>(_mm512_mul_ps(dw, da)), ls);
-        } else {
-            d = _mm512_mul_ps(dw, da);
-        }
-        const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even_sum[c], odd_sum[c]));
-        acc[c] = _mm512_add_ps(acc[c], rounded<Arch>(_mm512_mul_ps(rounded<Arch>(d), sum)));
+        sum[c] = _mm512_add_epi32(even_sum[c], odd_sum[c]);
     }
+    add_group<Arch, Block, N>(sum, entries, scales, g, dw, acc);
 }
 
 template <class Arch, class Block, std::size_t N>
