@@ -277,4 +277,16 @@ QK_TARGET_AMX void amx_product(const packed_matrix<Block>& w, std::size_t first,
 #pragma GCC diagnostic pop
 #endif
 
+#else
+
+namespace qk::kernels {
+
+// Declared, never defined, where has_amx_kernels is false: callers name it in branches that
+// if constexpr discards, and a template's names are looked up where it is defined.
+template <class Arch, class Block>
+void amx_product(const packed_matrix<Block>& w, std::size_t first, std::size_t last, const std::uint8_t* panel, std::size_t columns,
+                 float* y) noexcept;
+
+} // namespace qk::kernels
+
 #endif
