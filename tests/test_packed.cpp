@@ -378,6 +378,17 @@ TEST_CASE_TEMPLATE_DEFINE("packed_matrix of zero columns and rows near SIZE_MAX"
         std::vector<float> y(4);
         CHECK_THROWS_WITH_AS(qk::gemv(packed, std::span<const float>(), y, pool), doctest::Contains("y has 4 values"), qk::error);
     }
+    // Rows but no columns, with as many activation columns as the AMX kernels take: every output
+    // is the empty sum, 0, on the kernels that run for them (AMX where usable) and on the tag's own.
+    for (const bool amx : {false, true}) {
+        CAPTURE(amx);
+        thread_pool pool(2);
+        const qk::packed_matrix<Block> no_columns(std::span<const Block>(), 40, 0);
+        std::vector<float> y(40 * 20, std::bit_cast<float>(unwritten_bits));
+        std::vector<std::uint8_t> scratch;
+        qk::detail::packed_gemm_on<Block, qk::arch::native>(no_columns, 20, std::span<const float>(), y.data(), pool, scratch, amx);
+        CHECK(std::count(y.begin(), y.end(), 0.0f) == static_cast<std::ptrdiff_t>(y.size()));
+    }
     // No rows and no columns: any number of activation vectors matches empty x and y, and there
     // is nothing to do (this spun through 2^63 empty columns).
     thread_pool pool(2);

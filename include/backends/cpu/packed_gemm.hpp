@@ -69,7 +69,9 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
     const std::size_t per_task = tiles == 0 ? 1 : (tiles + chunks - 1) / chunks;
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
-    amx = amx && kernels::has_amx_kernels && std::is_base_of_v<arch::avx512vnni, Arch> && columns >= amx_min_columns && amx_usable();
+    // (Not without columns of weights: the tile kernels then write the zeros, the AMX ones nothing.)
+    amx = amx && kernels::has_amx_kernels && std::is_base_of_v<arch::avx512vnni, Arch> && columns >= amx_min_columns && cols != 0 &&
+          amx_usable();
     // The AMX kernels take sets of 16 columns, the last one padded (pack_panel).
     const std::size_t set_columns = amx ? kernels::amx_set_columns : packed_panel_columns;
     const std::size_t sets = cols == 0 ? 0 : columns / set_columns + (columns % set_columns != 0 ? 1 : 0);
