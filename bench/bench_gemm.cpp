@@ -126,13 +126,11 @@ constexpr std::size_t cols = 4096;
 // qk::amx_usable().
 [[gnu::noinline]] QK_TARGET_AMX double tdpbssd_seconds(long iterations)
 {
-    struct alignas(64) {
-        std::uint8_t palette = 1;
-        std::uint8_t start_row = 0;
-        std::uint8_t reserved[14] = {};
-        std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-        std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-    } config;
+    qk::kernels::amx_detail::tile_config config;
+    for (std::size_t t = 0; t < 8; ++t) {
+        config.rows[t] = 16;
+        config.bytes_per_row[t] = 64;
+    }
     alignas(64) static std::int8_t operand[16 * 64];
     const long stride = 64;
     __asm__ volatile("ldtilecfg %0" : : "m"(config));
@@ -205,8 +203,7 @@ double amx_peak()
 // Whether the packed product of this many columns runs on the AMX kernels (packed_gemm.hpp).
 bool runs_amx(std::size_t columns)
 {
-    const bool vnni = qk::dispatch([]<class Tag>(Tag) { return std::is_base_of_v<qk::arch::avx512vnni, Tag>; });
-    return vnni && qk::kernels::has_amx_kernels && columns >= qk::detail::amx_min_columns && qk::amx_usable();
+    return qk::dispatch([&]<class Tag>(Tag) { return qk::detail::takes_amx<Tag>(columns, cols); });
 }
 
 template <class Block>

@@ -51,6 +51,19 @@ inline constexpr bool pairs_tiles_in_gemv = std::is_base_of_v<arch::avx512vnni, 
 // columns 1.2-1.7x.
 inline constexpr std::size_t amx_min_columns = 16;
 
+// Whether the driver has an AMX path on Arch (the VNNI tags, where the AMX kernels compile).
+template <class Arch>
+inline constexpr bool has_amx_path = kernels::has_amx_kernels && std::is_base_of_v<arch::avx512vnni, Arch>;
+
+// Whether a product of `columns` activation columns over `cols` columns of weights takes the AMX
+// kernels on Arch: not without columns of weights, where the tile kernels write the zeros and the
+// AMX ones would write nothing.
+template <class Arch>
+[[nodiscard]] bool takes_amx(std::size_t columns, std::size_t cols) noexcept
+{
+    return has_amx_path<Arch> && columns >= amx_min_columns && cols != 0 && amx_usable();
+}
+
 // amx: whether the AMX kernels may run where qk::amx_usable() (false keeps to the tag's own).
 template <weight_format Block, class Arch>
 void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::span<const float> x, float* y,
@@ -69,9 +82,7 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
     const std::size_t per_task = tiles == 0 ? 1 : (tiles + chunks - 1) / chunks;
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
-    // (Not without columns of weights: the tile kernels then write the zeros, the AMX ones nothing.)
-    amx = amx && kernels::has_amx_kernels && std::is_base_of_v<arch::avx512vnni, Arch> && columns >= amx_min_columns && cols != 0 &&
-          amx_usable();
+    amx = amx && takes_amx<Arch>(columns, cols);
     // The AMX kernels take sets of 16 columns, the last one padded (pack_panel).
     const std::size_t set_columns = amx ? kernels::amx_set_columns : packed_panel_columns;
     const std::size_t sets = cols == 0 ? 0 : columns / set_columns + (columns % set_columns != 0 ? 1 : 0);
@@ -118,7 +129,7 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
             return;
         }
     }
-    if constexpr (kernels::has_amx_kernels && std::is_base_of_v<arch::avx512vnni, Arch>) {
+    if constexpr (has_amx_path<Arch>) {
         if (amx) {
             pool.run(tasks, [&](std::size_t task) {
                 kernels::amx_product<Arch, Block>(w, task * per_task, std::min(tiles, (task + 1) * per_task), panel, columns, y);

@@ -178,8 +178,6 @@ struct steps {
     }
 };
 
-inline constexpr std::size_t set_columns = amx_set_columns;
-
 // Groups q0 .. q1 - 1 of a tile (decoded: theirs, as decode() gives them) against a set of 16
 // columns (entries: the set's first panel entry). partial: the set's 16 x 16 sums so far, unread
 // when q0 is 0; with groups left after q1 it receives the new ones, and otherwise the first `used`
@@ -189,7 +187,7 @@ template <class Arch, class Block>
 QK_TARGET_AMX void tile(const packed_tile<Block>& t, const std::uint8_t* decoded, std::size_t q0, std::size_t q1, const std::uint8_t* entries,
                         float* partial, float* y, std::size_t y_stride, __mmask16 rows, std::size_t used) noexcept
 {
-    constexpr std::size_t N = set_columns;
+    constexpr std::size_t N = amx_set_columns;
     using stepping = steps<Arch, Block, N>;
     const stepping step{t, decoded, q0, entries};
     alignas(64) std::int32_t sums[2][N][16];
@@ -249,21 +247,21 @@ QK_TARGET_AMX void amx_product(const packed_matrix<Block>& w, std::size_t first,
     constexpr std::size_t run_sets = 8;
     constexpr std::size_t chunk_groups = 16;
     alignas(64) std::uint8_t decoded[chunk_groups * 512];
-    alignas(64) float partial[run_sets][k::set_columns * packed_tile_rows];
+    alignas(64) float partial[run_sets][amx_set_columns * packed_tile_rows];
     const std::size_t groups = w.cols() / 32;
     const std::size_t rows = w.rows();
-    k::configure<Block>(k::set_columns);
-    for (std::size_t c0 = 0; c0 < columns; c0 += run_sets * k::set_columns) {
-        const std::size_t run_end = std::min(columns, c0 + run_sets * k::set_columns);
+    k::configure<Block>(amx_set_columns);
+    for (std::size_t c0 = 0; c0 < columns; c0 += run_sets * amx_set_columns) {
+        const std::size_t run_end = std::min(columns, c0 + run_sets * amx_set_columns);
         for (std::size_t t = first; t < last; ++t) {
             const packed_tile<Block> tile = w.tile(t);
             const __mmask16 mask = packed_avx512_detail::row_mask(std::min(packed_tile_rows, rows - t * packed_tile_rows));
             for (std::size_t q0 = 0; q0 < groups; q0 += chunk_groups) {
                 const std::size_t q1 = std::min(groups, q0 + chunk_groups);
                 k::decode<Arch, Block>(tile, q0, q1, decoded);
-                for (std::size_t c = c0; c < run_end; c += k::set_columns) {
-                    k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[(c - c0) / k::set_columns],
-                                         y + c * rows + t * packed_tile_rows, rows, mask, std::min(k::set_columns, run_end - c));
+                for (std::size_t c = c0; c < run_end; c += amx_set_columns) {
+                    k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[(c - c0) / amx_set_columns],
+                                         y + c * rows + t * packed_tile_rows, rows, mask, std::min(amx_set_columns, run_end - c));
                 }
             }
         }
