@@ -103,12 +103,12 @@ TEST_CASE_TEMPLATE("pack_panel lays out qs, scale and both corrections as docume
     const std::size_t blocks = std::is_same_v<Activation, qk::block_q8_0> ? 3 : 1;
     const std::size_t groups = blocks * groups_per_block;
     for (const bool pad : {false, true}) {
-        const std::size_t set_columns = pad ? qk::kernels::amx_set_columns : qk::packed_panel_columns;
+        const std::size_t set_columns = pad ? qk::packed_amx_set_columns : qk::packed_panel_columns;
         for (std::size_t columns : {1u, 8u, 11u, 16u, 21u}) {
             const auto a = qk_inputs::random_blocks<Activation>(blocks * columns, static_cast<std::uint32_t>(40 + columns));
             const std::size_t panel_columns = pad ? (columns + set_columns - 1) / set_columns * set_columns : columns;
             std::vector<std::uint8_t> panel(qk::packed_panel_bytes(groups, panel_columns), 0xa5);
-            qk::pack_panel(a.data(), blocks, columns, panel.data(), set_columns, pad);
+            qk::pack_panel(a.data(), blocks, columns, panel.data(), pad);
             for (std::size_t column = 0; column < panel_columns; ++column) {
                 const std::size_t c0 = column - column % set_columns;
                 const std::size_t n = pad ? set_columns : std::min(set_columns, columns - c0);

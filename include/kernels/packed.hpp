@@ -307,6 +307,9 @@ private:
 // correction[n] (-128 times the sum of the 32 qs: the 8-bit codes are stored biased by +128),
 // int32 first_half_correction[n] (the same over the first 16 qs: NVFP4 scales each half apart).
 inline constexpr std::size_t packed_panel_columns = 8;
+// The columns of a set in the AMX kernels' panels (pack_panel's amx_sets): a tile row each, so that
+// one tile product covers 16 columns.
+inline constexpr std::size_t packed_amx_set_columns = 16;
 inline constexpr std::size_t packed_entry_bytes = 44; // per column and group
 
 namespace detail {
@@ -391,14 +394,16 @@ inline panel_group activation_group(const block_q8_K* row, std::size_t g) noexce
 
 // Fills a panel from `columns` rows of activation blocks (column c at a + c * blocks, each of
 // `blocks` blocks, as qk::quantize writes them). panel must hold packed_panel_bytes(groups,
-// columns) bytes, groups = blocks * values per block / 32. The AMX kernels (packed/amx.hpp) take
-// sets of 16 columns instead (set_columns), the last one padded to 16 with zero columns (all
-// fields zero; pad), the panel then packed_panel_bytes(groups, columns rounded up to 16) bytes.
+// columns) bytes, groups = blocks * values per block / 32. With amx_sets, the layout the AMX
+// kernels (packed/amx.hpp) take: sets of packed_amx_set_columns (16) columns, the last one padded
+// to 16 with zero columns (all fields zero), the panel then packed_panel_bytes(groups, columns
+// rounded up to 16) bytes.
 template <class Activation>
-void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, std::uint8_t* panel,
-                std::size_t set_columns = packed_panel_columns, bool pad = false) noexcept
+void pack_panel(const Activation* a, std::size_t blocks, std::size_t columns, std::uint8_t* panel, bool amx_sets = false) noexcept
 {
     const std::size_t groups = blocks * format_traits<Activation>::block_size / 32;
+    const std::size_t set_columns = amx_sets ? packed_amx_set_columns : packed_panel_columns;
+    const bool pad = amx_sets;
     for (std::size_t c0 = 0; c0 < columns; c0 += set_columns) {
         const std::size_t used = std::min(set_columns, columns - c0);
         const std::size_t n = pad ? set_columns : used;

@@ -84,7 +84,7 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
     amx = amx && takes_amx<Arch>(columns, cols);
     // The AMX kernels take sets of 16 columns, the last one padded (pack_panel).
-    const std::size_t set_columns = amx ? kernels::amx_set_columns : packed_panel_columns;
+    const std::size_t set_columns = amx ? packed_amx_set_columns : packed_panel_columns;
     const std::size_t sets = cols == 0 ? 0 : columns / set_columns + (columns % set_columns != 0 ? 1 : 0);
     const std::size_t panel_bytes = packed_panel_bytes(groups, amx ? sets * set_columns : columns);
     scratch.resize(activation_bytes + panel_bytes);
@@ -99,7 +99,7 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
         for (std::size_t c = c0; c < c0 + n; ++c) {
             quantize<activation, Arch>(x.subspan(c * cols, cols), std::span<activation>(quantized + c * blocks, blocks));
         }
-        pack_panel(quantized + c0 * blocks, blocks, n, panel + c0 * groups * packed_entry_bytes, set_columns, amx);
+        pack_panel(quantized + c0 * blocks, blocks, n, panel + c0 * groups * packed_entry_bytes, amx);
     });
     if (w.rows() == 0) {
         return;

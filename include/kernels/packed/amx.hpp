@@ -30,10 +30,6 @@ inline constexpr bool has_amx_kernels = true;
 inline constexpr bool has_amx_kernels = false;
 #endif
 
-// The columns of a set in the AMX kernels' panels (pack_panel's set_columns): a tile row each, so
-// that one tile product covers 16 columns.
-inline constexpr std::size_t amx_set_columns = 16;
-
 } // namespace qk::kernels
 
 #if QK_HAS_X86_KERNELS && defined(__x86_64__)
@@ -187,7 +183,7 @@ template <class Arch, class Block>
 QK_TARGET_AMX void tile(const packed_tile<Block>& t, const std::uint8_t* decoded, std::size_t q0, std::size_t q1, const std::uint8_t* entries,
                         float* partial, float* y, std::size_t y_stride, __mmask16 rows, std::size_t used) noexcept
 {
-    constexpr std::size_t N = amx_set_columns;
+    constexpr std::size_t N = packed_amx_set_columns;
     using stepping = steps<Arch, Block, N>;
     const stepping step{t, decoded, q0, entries};
     alignas(64) std::int32_t sums[2][N][16];
@@ -231,8 +227,8 @@ QK_TARGET_AMX void tile(const packed_tile<Block>& t, const std::uint8_t* decoded
 namespace qk::kernels {
 
 // Y's rows of tiles first .. last - 1 for all `columns` columns of a panel (pack_panel's with
-// amx_set_columns per set, padded; of groups = w.cols() / 32 groups), y[c * w.rows() + r] as
-// qk::gemm writes it. The caller must have checked qk::amx_usable().
+// amx_sets; of groups = w.cols() / 32 groups), y[c * w.rows() + r] as qk::gemm writes it. The
+// caller must have checked qk::amx_usable().
 //
 // Columns go in runs of 8 sets (128 columns), whose panel entries stay in L2. Each tile's groups
 // go in chunks of 16, decoded into an 8 KiB buffer on the stack that every set of the run passes
@@ -247,21 +243,21 @@ QK_TARGET_AMX void amx_product(const packed_matrix<Block>& w, std::size_t first,
     constexpr std::size_t run_sets = 8;
     constexpr std::size_t chunk_groups = 16;
     alignas(64) std::uint8_t decoded[chunk_groups * 512];
-    alignas(64) float partial[run_sets][amx_set_columns * packed_tile_rows];
+    alignas(64) float partial[run_sets][packed_amx_set_columns * packed_tile_rows];
     const std::size_t groups = w.cols() / 32;
     const std::size_t rows = w.rows();
-    k::configure<Block>(amx_set_columns);
-    for (std::size_t c0 = 0; c0 < columns; c0 += run_sets * amx_set_columns) {
-        const std::size_t run_end = std::min(columns, c0 + run_sets * amx_set_columns);
+    k::configure<Block>(packed_amx_set_columns);
+    for (std::size_t c0 = 0; c0 < columns; c0 += run_sets * packed_amx_set_columns) {
+        const std::size_t run_end = std::min(columns, c0 + run_sets * packed_amx_set_columns);
         for (std::size_t t = first; t < last; ++t) {
             const packed_tile<Block> tile = w.tile(t);
             const __mmask16 mask = packed_avx512_detail::row_mask(std::min(packed_tile_rows, rows - t * packed_tile_rows));
             for (std::size_t q0 = 0; q0 < groups; q0 += chunk_groups) {
                 const std::size_t q1 = std::min(groups, q0 + chunk_groups);
                 k::decode<Arch, Block>(tile, q0, q1, decoded);
-                for (std::size_t c = c0; c < run_end; c += amx_set_columns) {
-                    k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[(c - c0) / amx_set_columns],
-                                         y + c * rows + t * packed_tile_rows, rows, mask, std::min(amx_set_columns, run_end - c));
+                for (std::size_t c = c0; c < run_end; c += packed_amx_set_columns) {
+                    k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[(c - c0) / packed_amx_set_columns],
+                                         y + c * rows + t * packed_tile_rows, rows, mask, std::min(packed_amx_set_columns, run_end - c));
                 }
             }
         }
