@@ -298,9 +298,10 @@ TEST_CASE_TEMPLATE_APPLY(packed_gemm_equals_dot, qk::weight_formats::tuple);
 
 // The AMX kernels (kernels/packed/amx.hpp) and the VNNI ones for the same products, through the
 // driver with AMX allowed and not: both equal the generic qk::dot bit for bit. Shapes cross the
-// AMX kernels' edges: 16-column sets and a padded last one, runs of 128 columns, chunks of 16
-// code groups (24 groups a row: a whole chunk and a partial one; NVFP4 steps over sub-blocks),
-// partial last tiles, 1..3 threads. Where the process may not use AMX (qk::amx_usable), both
+// AMX kernels' edges: 16-column sets and a padded last one, runs of 128 columns, chunks of 4
+// code groups (7 blocks a row: a whole chunk and a partial one where blocks hold one or two
+// groups, chunks inside a block for IQ4_XS; NVFP4 steps over sub-blocks), blocks of 4 tiles and
+// a partial one (147 rows: 10 tiles, split between threads), partial last tiles, 1..3 threads. Where the process may not use AMX (qk::amx_usable), both
 // runs take the tag's own kernels, and the message says so.
 TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights with and without AMX equals the generic qk::dot, bit for bit", Block, packed_gemm_amx)
 {
@@ -312,7 +313,7 @@ TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights with and without AMX equals th
     }
     std::vector<std::uint8_t> scratch;
     for (std::size_t rows : {1u, 17u, 40u, 147u}) {
-        for (std::size_t cols : {size, std::size_t{768}}) {
+        for (std::size_t cols : {size, 7 * size, std::size_t{768}}) {
             const auto w = qk_inputs::random_blocks<Block>(rows * cols / size, static_cast<std::uint32_t>(rows * 17 + cols));
             const qk::packed_matrix<Block> packed(w, rows, cols);
             for (std::size_t columns : {15u, 16u, 17u, 33u, 130u}) {

@@ -6,17 +6,23 @@
 //
 // The per-group scales bound them: every group's sums leave the tile unit through memory (a tile
 // store, about as long as the multiplication) and take four float instructions per column and
-// row vector. On an Intel Xeon (family 6 model 167), 4096 x 4096 weights times 128 columns ran
-// 1.15-1.55x as fast as on the VNNI kernels at one thread and 1.3-1.4x at two; at 8 columns,
-// 0.7x, and at 16 about even for the 4-bit formats.
+// row vector (five for IQ4_XS). On an Intel Xeon (family 6 model 167) the tile instructions also
+// hold the vector float units while they run (tdpbssd or tilestored beside a run of vmulps: the
+// two times nearly add, where vpaddd overlaps tdpbssd), so a step costs its tile work plus its
+// float work, and the kernels keep both lean rather than try to overlap them. There, 4096 x 4096
+// weights times 128 columns ran 1.5x as fast as on the VNNI kernels for Q8_0 and 1.2-1.3x for
+// the 4-bit formats, at one thread and at two; at 16 columns, 2.2x for Q8_0 and 1.05-1.3x for
+// the others; at 8 columns, 0.7x.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 #include "../formats.hpp"
 #include "../packed.hpp"
+#include "../prefetch.hpp"
 #include "../target.hpp"
 #include "avx512vnni.hpp"
 
@@ -230,34 +236,63 @@ namespace qk::kernels {
 // amx_sets; of groups = w.cols() / 32 groups), y[c * w.rows() + r] as qk::gemm writes it. The
 // caller must have checked qk::amx_usable().
 //
-// Columns go in runs of 8 sets (128 columns), whose panel entries stay in L2. Each tile's groups
-// go in chunks of 16, decoded into an 8 KiB buffer on the stack that every set of the run passes
-// over while it stays in L1, each set's partial sums kept in between. (Decoding whole tiles into
-// scratch instead, every set then reading them from L2, measured the same within this machine's
-// noise; the chunks need no scratch.)
+// Columns go in runs of 8 sets (128 columns), and tiles in blocks of 4. Within a block, the
+// groups go in chunks of 4, and each chunk of each tile in turn (a unit) is decoded into a 2 KiB
+// stack buffer and passed over by every set of the run, the sets' partial sums kept in between:
+// the activations of a chunk (18 KiB for 8 sets) then stay in L1 for the block's four tiles,
+// where tile after tile with the whole row in a chunk read them from L2 at every step (1.15-1.3x
+// slower on Q8_0; chunks of 8 groups, 36 KiB, did not stay). Every set also fetches its share of
+// the next unit's bytes, which would otherwise arrive only when the next decode stalls on them
+// (a tenth of the product's time; fetching them all at once before the sets measured slower).
 template <class Arch, class Block>
 QK_TARGET_AMX void amx_product(const packed_matrix<Block>& w, std::size_t first, std::size_t last, const std::uint8_t* panel, std::size_t columns,
                                float* y) noexcept
 {
     namespace k = amx_detail;
+    using traits = packed_traits<Block>;
     constexpr std::size_t run_sets = 8;
-    constexpr std::size_t chunk_groups = 16;
+    constexpr std::size_t block_tiles = 4;
+    constexpr std::size_t chunk_groups = 4;
     alignas(64) std::uint8_t decoded[chunk_groups * 512];
-    alignas(64) float partial[run_sets][packed_amx_set_columns * packed_tile_rows];
+    alignas(64) float partial[block_tiles][run_sets][packed_amx_set_columns * packed_tile_rows];
     const std::size_t groups = w.cols() / 32;
     const std::size_t rows = w.rows();
     k::configure<Block>(packed_amx_set_columns);
     for (std::size_t c0 = 0; c0 < columns; c0 += run_sets * packed_amx_set_columns) {
         const std::size_t run_end = std::min(columns, c0 + run_sets * packed_amx_set_columns);
-        for (std::size_t t = first; t < last; ++t) {
-            const packed_tile<Block> tile = w.tile(t);
-            const __mmask16 mask = packed_avx512_detail::row_mask(std::min(packed_tile_rows, rows - t * packed_tile_rows));
+        const std::size_t sets = (run_end - c0 + packed_amx_set_columns - 1) / packed_amx_set_columns;
+        for (std::size_t t0 = first; t0 < last; t0 += block_tiles) {
+            const std::size_t t1 = std::min(last, t0 + block_tiles);
             for (std::size_t q0 = 0; q0 < groups; q0 += chunk_groups) {
                 const std::size_t q1 = std::min(groups, q0 + chunk_groups);
-                k::decode<Arch, Block>(tile, q0, q1, decoded);
-                for (std::size_t c = c0; c < run_end; c += packed_amx_set_columns) {
-                    k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[(c - c0) / packed_amx_set_columns],
-                                         y + c * rows + t * packed_tile_rows, rows, mask, std::min(packed_amx_set_columns, run_end - c));
+                for (std::size_t t = t0; t < t1; ++t) {
+                    const packed_tile<Block> tile = w.tile(t);
+                    const __mmask16 mask = packed_avx512_detail::row_mask(std::min(packed_tile_rows, rows - t * packed_tile_rows));
+                    k::decode<Arch, Block>(tile, q0, q1, decoded);
+                    // The next unit: the block's next tile, or its first tile's next chunk, or
+                    // the next block's first (none after the last). Its bytes run from its
+                    // first code group's to its last block's scales (a tile's blocks lie in
+                    // units: their codes, then their scales).
+                    const bool same_chunk = t + 1 < t1;
+                    const std::size_t next_tile = same_chunk ? t + 1 : (q1 < groups ? t0 : t1);
+                    const std::size_t n0 = same_chunk ? q0 : (q1 < groups ? q1 : 0);
+                    const std::size_t n1 = std::min(groups, n0 + chunk_groups);
+                    const std::uint8_t* next_bytes = nullptr;
+                    std::size_t next_size = 0;
+                    if (next_tile < last) {
+                        const packed_tile<Block> next = w.tile(next_tile);
+                        next_bytes = next.codes(n0 / traits::groups_per_block) + n0 % traits::groups_per_block * traits::code_bytes;
+                        next_size = static_cast<std::size_t>(next.scales((n1 - 1) / traits::groups_per_block) + traits::scale_bytes - next_bytes);
+                    }
+                    const std::size_t share = (next_size / sets + 63) / 64 * 64;
+                    for (std::size_t set = 0; set < sets; ++set) {
+                        const std::size_t c = c0 + set * packed_amx_set_columns;
+                        if (set * share < next_size) {
+                            qk::detail::prefetch_lines(next_bytes, set * share, std::min(share, next_size - set * share));
+                        }
+                        k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[t - t0][set],
+                                             y + c * rows + t * packed_tile_rows, rows, mask, std::min(packed_amx_set_columns, run_end - c));
+                    }
                 }
             }
         }
