@@ -201,9 +201,10 @@ double amx_peak()
 }
 
 // Whether the packed product of this many columns runs on the AMX kernels (packed_gemm.hpp).
+template <class Block>
 bool runs_amx(std::size_t columns)
 {
-    return qk::dispatch([&]<class Tag>(Tag) { return qk::detail::takes_amx<Tag>(columns, cols); });
+    return qk::dispatch([&]<class Tag>(Tag) { return qk::detail::takes_amx<Block, Tag>(columns, cols); });
 }
 
 template <class Block>
@@ -254,7 +255,7 @@ void gemm_context(benchmark::State& state)
     const auto threads = static_cast<std::size_t>(state.range(2));
     qk::backend::cpu::context context(threads);
     const auto m = context.upload<Block>(weights<Block>(rows), rows, cols);
-    const bool amx = m.is_packed() && runs_amx(columns);
+    const bool amx = m.is_packed() && runs_amx<Block>(columns);
     const double peak = amx ? amx_peak() : dispatched_int8_peak();
     const auto x = qk_inputs::normal(columns * cols, 1.0f, 3);
     std::vector<float> y(rows * columns);
@@ -311,7 +312,7 @@ void register_gemm()
             }
         }
     });
-    if (runs_amx(qk::detail::amx_min_columns)) {
+    if (runs_amx<Block>(qk::detail::amx_min_columns)) {
         qk::dispatch([&]<class Tag>(Tag) {
             shapes(benchmark::RegisterBenchmark(("gemm/" + name + "/packed/amx").c_str(), gemm_packed<Block, Tag, true>));
         });

@@ -296,9 +296,42 @@ TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights equals the generic qk::dot of 
 }
 TEST_CASE_TEMPLATE_APPLY(packed_gemm_equals_dot, qk::weight_formats::tuple);
 
+// Which products the AMX kernels take (packed_gemm.hpp's amx_pays): from 16 columns on for Q8_0;
+// for the 4-bit formats only where at least three quarters of the 16-column sets, the last one
+// padded, are real columns (24 of 32, 36 of 48, 49 of 64; not 17 or 23 of 32, nor 35 of 48).
+TEST_CASE("the AMX kernels take products of 16 columns and more, the 4-bit formats only with little padding")
+{
+    using qk::detail::amx_pays;
+    for (std::size_t columns : {1u, 8u, 15u}) {
+        CAPTURE(columns);
+        CHECK_FALSE(amx_pays<qk::block_q8_0>(columns));
+        CHECK_FALSE(amx_pays<qk::block_iq4_xs>(columns));
+    }
+    for (std::size_t columns : {16u, 17u, 20u, 23u, 33u, 35u, 130u, 4097u}) {
+        CAPTURE(columns);
+        CHECK(amx_pays<qk::block_q8_0>(columns));
+    }
+    const auto four_bit = [](std::size_t columns) {
+        const bool pays = amx_pays<qk::block_mxfp4>(columns);
+        CHECK(amx_pays<qk::block_nvfp4>(columns) == pays);
+        CHECK(amx_pays<qk::block_iq4_nl>(columns) == pays);
+        CHECK(amx_pays<qk::block_iq4_xs>(columns) == pays);
+        return pays;
+    };
+    for (std::size_t columns : {16u, 24u, 32u, 36u, 48u, 49u, 128u, 130u, 513u}) {
+        CAPTURE(columns);
+        CHECK(four_bit(columns));
+    }
+    for (std::size_t columns : {17u, 20u, 23u, 33u, 35u}) {
+        CAPTURE(columns);
+        CHECK_FALSE(four_bit(columns));
+    }
+}
+
 // The AMX kernels (kernels/packed/amx.hpp) and the VNNI ones for the same products, through the
 // driver with AMX allowed and not: both equal the generic qk::dot bit for bit. Shapes cross the
-// AMX kernels' edges: 16-column sets and a padded last one, runs of 128 columns, chunks of 4
+// AMX kernels' edges: 16-column sets and a padded last one (24 and 130 columns; 17 and 33 for
+// Q8_0, where the 4-bit formats keep to the VNNI kernels), runs of 128 columns, chunks of 4
 // code groups (7 blocks a row: a whole chunk and a partial one where blocks hold one or two
 // groups, chunks inside a block for IQ4_XS; NVFP4 steps over sub-blocks), blocks of 4 tiles and
 // a partial one (147 rows: 10 tiles, split between threads), partial last tiles, 1..3 threads. Where the process may not use AMX (qk::amx_usable), both
@@ -316,7 +349,7 @@ TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights with and without AMX equals th
         for (std::size_t cols : {size, 7 * size, std::size_t{768}}) {
             const auto w = qk_inputs::random_blocks<Block>(rows * cols / size, static_cast<std::uint32_t>(rows * 17 + cols));
             const qk::packed_matrix<Block> packed(w, rows, cols);
-            for (std::size_t columns : {15u, 16u, 17u, 33u, 130u}) {
+            for (std::size_t columns : {15u, 16u, 17u, 24u, 33u, 130u}) {
                 CAPTURE(rows);
                 CAPTURE(cols);
                 CAPTURE(columns);

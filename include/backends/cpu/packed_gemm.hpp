@@ -47,9 +47,29 @@ inline constexpr bool pairs_tiles_in_gemv = std::is_base_of_v<arch::avx512vnni, 
 
 // The fewest columns for which a product takes the AMX kernels (kernels/packed/amx.hpp) where
 // the process may use them. Against the VNNI kernels, 4096 x 4096 weights at one thread (Intel
-// Xeon, family 6 model 167): 8 columns 0.7x, 16 columns 0.98x (IQ4_XS) to 1.6x (Q8_0), 32
-// columns 1.2-1.7x.
+// Xeon, family 6 model 167): 8 columns 0.7x, 16 columns 1.2-1.3x (the 4-bit formats) and 2.2x
+// (Q8_0).
 inline constexpr std::size_t amx_min_columns = 16;
+
+// Whether the AMX kernels beat the tag's own for `columns` columns. They take sets of 16 columns,
+// the last padded with zeros, and the padding costs as much as real columns: where the 4-bit
+// formats gain 1.2-1.3x on whole sets, 17 and 20 columns (sets of 32) ran 0.77-0.88x as fast as
+// the VNNI kernels for NVFP4 and IQ4_XS and 1.0x for MXFP4 and IQ4_NL, 24 columns 1.05-1.2x (same
+// machine and shape). So those take them where at least three quarters of the padded columns are
+// real; Q8_0, 1.6x at 17 columns, takes them from 16 on.
+template <class Block>
+[[nodiscard]] constexpr bool amx_pays(std::size_t columns) noexcept
+{
+    if (columns < amx_min_columns) {
+        return false;
+    }
+    if constexpr (std::is_same_v<Block, block_q8_0>) {
+        return true;
+    } else {
+        const std::size_t padded = (columns + packed_amx_set_columns - 1) / packed_amx_set_columns * packed_amx_set_columns;
+        return 4 * columns >= 3 * padded;
+    }
+}
 
 // Whether the driver has an AMX path on Arch (the VNNI tags, where the AMX kernels compile).
 template <class Arch>
@@ -58,10 +78,10 @@ inline constexpr bool has_amx_path = kernels::has_amx_kernels && std::is_base_of
 // Whether a product of `columns` activation columns over `cols` columns of weights takes the AMX
 // kernels on Arch: not without columns of weights, where the tile kernels write the zeros and the
 // AMX ones would write nothing.
-template <class Arch>
+template <class Block, class Arch>
 [[nodiscard]] bool takes_amx(std::size_t columns, std::size_t cols) noexcept
 {
-    return has_amx_path<Arch> && columns >= amx_min_columns && cols != 0 && amx_usable();
+    return has_amx_path<Arch> && amx_pays<Block>(columns) && cols != 0 && amx_usable();
 }
 
 // amx: whether the AMX kernels may run where qk::amx_usable() (false keeps to the tag's own).
@@ -82,7 +102,7 @@ void packed_gemm_on(const packed_matrix<Block>& w, std::size_t columns, std::spa
     const std::size_t chunks = pool.size() * gemm_tasks_per_thread;
     const std::size_t per_task = tiles == 0 ? 1 : (tiles + chunks - 1) / chunks;
     const std::size_t tasks = (tiles + per_task - 1) / per_task;
-    amx = amx && takes_amx<Arch>(columns, cols);
+    amx = amx && takes_amx<Block, Arch>(columns, cols);
     // The AMX kernels take sets of 16 columns, the last one padded (pack_panel).
     const std::size_t set_columns = amx ? packed_amx_set_columns : packed_panel_columns;
     const std::size_t sets = cols == 0 ? 0 : columns / set_columns + (columns % set_columns != 0 ? 1 : 0);
