@@ -2,7 +2,8 @@
 // code group's integer sums for 16 rows x 16 columns in one instruction, where AVX-512 VNNI
 // spends 128 vpdpbusd, and the float steps stay the VNNI kernel's (packed/avx512vnni.hpp), so
 // results equal the generic kernel's bit for bit. backends/cpu/packed_gemm.hpp runs them for
-// products of 16 columns and more where qk::amx_usable().
+// products of 16 columns and more where qk::amx_usable() (and, for the 4-bit formats, where the
+// padded last set wastes little: amx_pays).
 //
 // The per-group scales bound them: every group's sums leave the tile unit through memory (a tile
 // store, about as long as the multiplication) and take four float instructions per column and
