@@ -47,7 +47,7 @@ inline constexpr bool pairs_tiles_in_gemv = std::is_base_of_v<arch::avx512vnni, 
 
 // The fewest columns for which a product takes the AMX kernels (kernels/packed/amx.hpp) where
 // the process may use them. Against the VNNI kernels, 4096 x 4096 weights at one thread (Intel
-// Xeon, family 6 model 167): 8 columns 0.7x, 16 columns 1.2-1.3x (the 4-bit formats) and 2.2x
+// Xeon, family 6 model 167): 8 columns 0.7x, 16 columns 1.05-1.4x (the 4-bit formats) and 2.2x
 // (Q8_0).
 inline constexpr std::size_t amx_min_columns = 16;
 
