@@ -334,8 +334,9 @@ TEST_CASE("the AMX kernels take products of 16 columns and more, the 4-bit forma
 // Q8_0, where the 4-bit formats keep to the VNNI kernels), runs of 128 columns, chunks of 4
 // code groups (7 blocks a row: a whole chunk and a partial one where blocks hold one or two
 // groups, chunks inside a block for IQ4_XS; NVFP4 steps over sub-blocks), blocks of 4 tiles and
-// a partial one (147 rows: 10 tiles, split between threads), partial last tiles, 1..3 threads. Where the process may not use AMX (qk::amx_usable), both
-// runs take the tag's own kernels, and the message says so.
+// a partial one (147 rows: 10 tiles, split between threads), partial last tiles, 1..3 threads.
+// Where the process may not use AMX (qk::amx_usable), both runs take the tag's own kernels, and
+// the message says so.
 TEST_CASE_TEMPLATE_DEFINE("gemm on packed weights with and without AMX equals the generic qk::dot, bit for bit", Block, packed_gemm_amx)
 {
     MESSAGE(std::string(qk::amx_usable() ? "AMX runs here" : "AMX is not usable here: both runs take the tag's kernels"));

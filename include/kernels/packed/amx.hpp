@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "../formats.hpp"
@@ -229,6 +230,16 @@ QK_TARGET_AMX void tile(const packed_tile<Block>& t, const std::uint8_t* decoded
     }
 }
 
+// The bytes of a tile's groups q0 .. q1 - 1, codes and scales: from the first group's codes to the
+// last block's scales (a tile's blocks lie in units: their codes, then their scales).
+template <class Block>
+[[nodiscard]] std::span<const std::uint8_t> chunk_bytes(const packed_tile<Block>& t, std::size_t q0, std::size_t q1) noexcept
+{
+    using traits = packed_traits<Block>;
+    const std::uint8_t* from = t.codes(q0 / traits::groups_per_block) + q0 % traits::groups_per_block * traits::code_bytes;
+    return {from, t.scales((q1 - 1) / traits::groups_per_block) + traits::scale_bytes};
+}
+
 } // namespace qk::kernels::amx_detail
 
 namespace qk::kernels {
@@ -250,7 +261,6 @@ QK_TARGET_AMX void amx_product(const packed_matrix<Block>& w, std::size_t first,
                                float* y) noexcept
 {
     namespace k = amx_detail;
-    using traits = packed_traits<Block>;
     constexpr std::size_t run_sets = 8;
     constexpr std::size_t block_tiles = 4;
     constexpr std::size_t chunk_groups = 4;
@@ -271,25 +281,17 @@ QK_TARGET_AMX void amx_product(const packed_matrix<Block>& w, std::size_t first,
                     const __mmask16 mask = packed_avx512_detail::row_mask(std::min(packed_tile_rows, rows - t * packed_tile_rows));
                     k::decode<Arch, Block>(tile, q0, q1, decoded);
                     // The next unit: the block's next tile, or its first tile's next chunk, or
-                    // the next block's first (none after the last). Its bytes run from its
-                    // first code group's to its last block's scales (a tile's blocks lie in
-                    // units: their codes, then their scales).
+                    // the next block's first (none after the last).
                     const bool same_chunk = t + 1 < t1;
                     const std::size_t next_tile = same_chunk ? t + 1 : (q1 < groups ? t0 : t1);
                     const std::size_t n0 = same_chunk ? q0 : (q1 < groups ? q1 : 0);
-                    const std::size_t n1 = std::min(groups, n0 + chunk_groups);
-                    const std::uint8_t* next_bytes = nullptr;
-                    std::size_t next_size = 0;
-                    if (next_tile < last) {
-                        const packed_tile<Block> next = w.tile(next_tile);
-                        next_bytes = next.codes(n0 / traits::groups_per_block) + n0 % traits::groups_per_block * traits::code_bytes;
-                        next_size = static_cast<std::size_t>(next.scales((n1 - 1) / traits::groups_per_block) + traits::scale_bytes - next_bytes);
-                    }
-                    const std::size_t share = (next_size / sets + 63) / 64 * 64;
+                    const std::span<const std::uint8_t> next =
+                        next_tile < last ? k::chunk_bytes(w.tile(next_tile), n0, std::min(groups, n0 + chunk_groups)) : std::span<const std::uint8_t>{};
+                    const std::size_t share = (next.size() / sets + 63) / 64 * 64;
                     for (std::size_t set = 0; set < sets; ++set) {
                         const std::size_t c = c0 + set * packed_amx_set_columns;
-                        if (set * share < next_size) {
-                            qk::detail::prefetch_lines(next_bytes, set * share, std::min(share, next_size - set * share));
+                        if (set * share < next.size()) {
+                            qk::detail::prefetch_lines(next.data(), set * share, std::min(share, next.size() - set * share));
                         }
                         k::tile<Arch, Block>(tile, decoded, q0, q1, panel + c * groups * packed_entry_bytes, partial[t - t0][set],
                                              y + c * rows + t * packed_tile_rows, rows, mask, std::min(packed_amx_set_columns, run_end - c));
